@@ -1,0 +1,28 @@
+# Two commands set up and use agl_lab on a fresh machine; both create or refresh .venv/ first:
+#   make check  the main job on the embedded default (CPU, no downloads): agl-lab check
+#   make test   the whole test suite (what .ci/run calls)
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch is installed first, pinned, so that nothing else pulls a newer (CUDA, several GB) build. On this kind
+# of machine torch==2.13.0 is a CPU build on local disk; on another CPU-only machine set
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu to fetch the CPU build instead of the CUDA one.
+TORCH_INDEX ?=
+
+.PHONY: check test bench
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+check: $(BIN)/.installed
+	$(BIN)/agl-lab check
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest
+
+bench: $(BIN)/.installed
+	$(BIN)/python benchmarks/bench_core.py

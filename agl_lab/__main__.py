@@ -1,0 +1,3 @@
+from agl_lab.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,237 @@
+"""One OmegaConf tree, composed the way Agent Lightning's training scripts compose theirs.
+
+Order (later wins): verl's packaged ``ppo_trainer`` → Agent Lightning's defaults (``conf/agl_trainer.yaml``)
+→ agl_lab's ``lab:`` section (:class:`LabConfig`) → an overrides dict → a Hydra dotlist
+(``key.path=value``, ``+key=value`` to add a new key, ``~key`` to delete). Unlike a struct-less
+OmegaConf merge, a key that does not exist is an error naming the nearest valid key, and a value of the
+wrong type is an error naming the expected type: a misspelt setting must never be silently ignored.
+
+The short-run trainer reads the same keys as Agent Lightning's trainer, so an experiment exports to it
+by dropping ``lab:``. Notebook: ``notebooks/02_config_check.ipynb``.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+__all__ = ["ConfigError", "LabConfig", "base_config", "compose_config", "key_problem", "type_problem"]
+
+
+class ConfigError(ValueError):
+    """A config that cannot be composed; the message has one line per problem, each with its fix."""
+
+
+@dataclass
+class LabConfig:
+    """agl_lab's own settings (the ``lab:`` section); Agent Lightning ignores them and exports drop them."""
+
+    # Seeds agl_lab's randomness, e.g. which surplus rows the update cap drops (v1.0 draws unseeded).
+    seed: int = 0
+    # per_rollout_mean divisor: "rows" = Agent Lightning v1.0 (rollout tokens × trained rows, batch total
+    # n_rollouts/n_rows); "rollouts" = the technical report's Eq. 16 (rollout tokens × rollouts, total 1).
+    per_rollout_divisor: str = "rows"
+
+
+@functools.lru_cache(maxsize=1)
+def _composed_base() -> DictConfig:
+    saved = copy.deepcopy(GlobalHydra.instance()) if GlobalHydra.instance().is_initialized() else None
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module="agl_lab.conf", version_base=None):
+            cfg = compose(config_name="agl_trainer")
+    finally:
+        GlobalHydra.instance().clear()
+        if saved is not None:  # hand a running Hydra app its state back
+            GlobalHydra.instance().initialize(saved.hydra)
+    OmegaConf.set_struct(cfg, False)
+    cfg.lab = OmegaConf.structured(LabConfig)
+    OmegaConf.set_struct(cfg.lab, True)  # its fields are fixed: `+lab.x=1` is an error, not a silent addition
+    return cfg
+
+
+def base_config() -> DictConfig:
+    """verl ``ppo_trainer`` + Agent Lightning defaults + ``lab:`` defaults, before any override (a fresh copy)."""
+    return copy.deepcopy(_composed_base())
+
+
+def compose_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = ()) -> DictConfig:
+    """Compose the config: base, then ``overrides`` (nested or dotted keys), then the Hydra ``dotlist``.
+
+    Raises :class:`ConfigError` listing every unknown key (with the nearest valid one), every value of the
+    wrong type and every unparsable dotlist item; nothing is returned half-applied.
+    """
+    base = _composed_base()
+    cfg = copy.deepcopy(base)
+    edits = list(_flatten(overrides or {})) + _parse_dotlist(dotlist)
+    problems = []
+    for path, value, mode in edits:
+        if mode == "error":
+            problems.append(value)
+            continue
+        if mode == "change":
+            problem = key_problem(path, base) or type_problem(path, value, base)
+            if problem:
+                problems.append(problem)
+                continue
+            value = _coerce(path, value, base)
+        try:
+            _apply(cfg, path, value, mode)
+        except (OmegaConfBaseException, KeyError) as exc:
+            fixed = " (the lab: section has fixed fields, see agl_lab.LabConfig)" if path.startswith("lab.") else ""
+            problems.append(f"{path}: {_short(exc)}{fixed}")
+    if not problems:
+        try:
+            OmegaConf.to_container(cfg, resolve=True)
+        except OmegaConfBaseException as exc:
+            problems.append(f"{_short(exc)}: fix the interpolation (${{...}}) or set a plain value")
+    if problems:
+        raise ConfigError("config has problems:\n" + "\n".join(f"  - {p}" for p in problems))
+    return cfg
+
+
+def key_problem(path: str, base: DictConfig) -> str | None:
+    """Why ``path`` is not a key of ``base`` (with the nearest valid key), or None if it is one.
+
+    Sections that are empty dicts or null in ``base`` (``agentlightning.local.env_map``, hooks, ...) are open:
+    anything below them is accepted.
+    """
+    parts = path.split(".")
+    node: Any = base
+    for depth, part in enumerate(parts):
+        if not isinstance(node, DictConfig) or len(node) == 0:
+            return None
+        child = node._get_node(part)  # not ``part in node``: that is False for keys whose value is ??? (MISSING)
+        if child is None:
+            prefix = ".".join(parts[:depth])
+            return f"unknown key {path!r}{_nearest(path, prefix, node)}"
+        node = child
+        if node is not None and node._is_none():
+            return None
+    return None
+
+
+def type_problem(path: str, value: Any, base: DictConfig) -> str | None:
+    """Why ``value`` does not fit the type of ``path`` in ``base``, or None if it fits (or the key is open)."""
+    expected = _leaf(base, path)
+    if expected is None or (isinstance(expected, str) and "${" in expected):
+        return None
+    if isinstance(expected, bool):
+        ok, name = isinstance(value, bool), "a boolean (true/false)"
+    elif isinstance(expected, int):
+        ok, name = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif isinstance(expected, float):
+        ok, name = isinstance(value, int | float) and not isinstance(value, bool), "a number"
+    elif isinstance(expected, str):
+        ok, name = isinstance(value, str | int | float) and not isinstance(value, bool), "a string"
+    elif isinstance(expected, list | ListConfig):
+        ok, name = isinstance(value, list | tuple | ListConfig), "a list, e.g. [a,b]"
+    elif isinstance(expected, dict | DictConfig):
+        ok, name = isinstance(value, Mapping | DictConfig), "a mapping, e.g. {a:1}"
+    else:
+        return None
+    if value is None or ok:
+        return None
+    return f"{path} must be {name}, got {value!r} ({type(value).__name__})"
+
+
+def _leaf(base: DictConfig, path: str) -> Any:
+    node = OmegaConf.select(base, path, default=None, throw_on_missing=False)
+    if isinstance(node, DictConfig | ListConfig):
+        return OmegaConf.to_container(node)
+    return node
+
+
+def _coerce(path: str, value: Any, base: DictConfig) -> Any:
+    """Numbers given for string settings (experiment names, ...) become strings, as Hydra would store them."""
+    expected = _leaf(base, path)
+    if isinstance(expected, str) and isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(expected, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def _apply(cfg: DictConfig, path: str, value: Any, mode: str) -> None:
+    if mode == "delete":
+        parent_path, _, key = path.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_path) if parent_path else cfg
+        if not isinstance(parent, DictConfig) or key not in parent:
+            raise KeyError(f"cannot delete {path!r}: no such key")
+        del parent[key]
+        return
+    OmegaConf.update(cfg, path, value, merge=True)
+
+
+def _flatten(overrides: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any, str]]:
+    """Leaf edits of a nested overrides dict; dotted keys (``"algorithm.adv_estimator"``) are paths too."""
+    base = _composed_base()
+    for key, value in overrides.items():
+        path = f"{prefix}{key}"
+        known = OmegaConf.select(base, path, default=None)
+        if isinstance(value, Mapping | DictConfig) and isinstance(known, DictConfig) and len(known):
+            yield from _flatten(value, prefix=f"{path}.")
+        else:
+            if isinstance(value, DictConfig | ListConfig):
+                value = OmegaConf.to_container(value)
+            yield path, value, "change"
+
+
+def _parse_dotlist(dotlist: Sequence[str]) -> list[tuple[str, Any, str]]:
+    if isinstance(dotlist, str):
+        dotlist = [dotlist]
+    parser = OverridesParser.create()
+    edits: list[tuple[str, Any, str]] = []
+    for item in dotlist:
+        try:
+            (override,) = parser.parse_overrides([item])
+        except HydraException as exc:
+            first_line = str(exc).splitlines()[0]
+            edits.append((item, f"{first_line}: write key.path=value (quote values with spaces)", "error"))
+            continue
+        if override.is_delete():
+            edits.append((override.key_or_group, None, "delete"))
+        elif override.is_add() or override.is_force_add():
+            edits.append((override.key_or_group, override.value(), "add"))
+        else:  # a {a:1} value is checked key by key, like an overrides dict
+            edits.extend(_flatten({override.key_or_group: override.value()}))
+    return edits
+
+
+def _nearest(path: str, prefix: str, node: DictConfig) -> str:
+    """' (did you mean ...?)' for a misspelt key: a path below the deepest valid prefix, else a key with that name."""
+    relative = path[len(prefix) + 1 :] if prefix else path
+    match = difflib.get_close_matches(relative, _paths(node), n=1, cutoff=0.6)
+    if match:
+        return f" (did you mean {(f'{prefix}.' if prefix else '') + match[0]!r}?)"
+    last = path.rsplit(".", 1)[-1]
+    same_name = [c for c in _paths(_composed_base()) if c.rsplit(".", 1)[-1] == last]
+    if same_name:
+        return f" (did you mean {same_name[0]!r}?)"
+    return "; see `agl-lab check --show-config` for the valid keys"
+
+
+def _paths(node: DictConfig, prefix: str = "") -> list[str]:
+    out = []
+    for key in node.keys():
+        path = f"{prefix}{key}"
+        child = node._get_node(key)
+        out.append(path)
+        if isinstance(child, DictConfig) and not child._is_none() and len(child):
+            out.extend(_paths(child, prefix=f"{path}."))
+    return out
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).splitlines()[0]

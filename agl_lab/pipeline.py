@@ -1,0 +1,154 @@
+"""Agent Lightning's trainer steps 1–5 on one batch of rows, driven by the composed config.
+
+1. rows collected; ``is_drop_mask`` rows removed               (:func:`agl_lab.update_cap.drop_marked_rows`)
+2. mini-batch alignment and ``max_ppo_update_times``            (:func:`agl_lab.apply_update_cap`)
+   — here the trainer computes old log-probs (the lab trainer does; this module does not) —
+3. ``token_level_rewards`` = scores (or scores − β·KL with ``algorithm.use_kl_in_reward``)
+4. advantage: rollout-level (``algorithm.enable_rollout_level_advantage``) or verl's ``compute_advantage``
+5. ``per_rollout_mean``: advantages divided by rollout tokens × rows (or × rollouts, ``lab.per_rollout_divisor``)
+
+:func:`select_rows` is steps 1–2, :func:`compute_advantages` steps 3–5 and :func:`prepare_batch` both;
+the weighting lab, ``agl-lab check`` and the short-run trainer all go through them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+from verl import DataProto
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.metric_utils import compute_data_metrics
+from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage, compute_response_mask
+
+from agl_lab.advantage import compute_rollout_level_advantage
+from agl_lab.loss import PER_ROLLOUT_MEAN_LOSS_MODE, normalize_advantages_by_rollout
+from agl_lab.rows import group_rows, non_tensor_ids
+from agl_lab.update_cap import apply_update_cap, drop_marked_rows
+
+__all__ = ["compute_advantages", "mini_batch_rows", "prepare_batch", "select_rows"]
+
+
+def mini_batch_rows(cfg: DictConfig) -> int:
+    """Rows per PPO mini-batch: ``ppo_mini_batch_size × rollout.n`` (verl counts prompts, rows are rollouts)."""
+    return int(cfg.actor_rollout_ref.actor.ppo_mini_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
+
+
+def select_rows(rows: DataProto, cfg: DictConfig, *, seed: int | None = None) -> tuple[DataProto, dict[str, Any]]:
+    """Steps 1–2: set ``uid``, drop marked rows, align to mini-batches and apply the update cap.
+
+    ``rows`` is not modified. ``seed`` (default ``lab.seed``) fixes which surplus rows are dropped. An empty
+    result comes back with an ``EmptyBatchWarning``: skip the step.
+    """
+    if cfg.algorithm.adv_estimator == core_algos.AdvantageEstimator.REMAX:
+        raise NotImplementedError("REMAX baseline not yet supported in AgentLightningRayPPOTrainer")
+    seed = int(cfg.lab.seed) if seed is None else seed
+    batch = _shallow_copy(rows)
+    if "data_id_list" in batch.non_tensor_batch:
+        batch.non_tensor_batch["uid"] = batch.non_tensor_batch["data_id_list"]
+    else:  # Agent Lightning gives every row its own group then
+        rng = np.random.default_rng(seed)
+        batch.non_tensor_batch["uid"] = np.array(
+            [str(uuid.UUID(bytes=rng.bytes(16), version=4)) for _ in range(len(batch))], dtype=object
+        )
+    if "response_mask" not in batch.batch.keys():
+        batch.batch["response_mask"] = compute_response_mask(batch)
+
+    batch, metrics = drop_marked_rows(batch)
+    batch, cap_metrics = apply_update_cap(
+        batch,
+        mini_batch_size=mini_batch_rows(cfg),
+        max_ppo_update_times=cfg.agentlightning.max_ppo_update_times,
+        seed=seed,
+    )
+    return batch, {**metrics, **cap_metrics}
+
+
+def compute_advantages(
+    batch: DataProto, cfg: DictConfig, *, kl_ctrl: Any | None = None
+) -> tuple[DataProto, dict[str, Any]]:
+    """Steps 3–5 on the rows that survived :func:`select_rows` (and got old log-probs, if a KL needs them).
+
+    ``kl_ctrl``: the trainer's KL controller when ``algorithm.use_kl_in_reward`` (a fixed one from the
+    config otherwise). Writes ``token_level_rewards``, ``advantages`` and ``returns`` into ``batch``.
+    """
+    algorithm = cfg.algorithm
+    metrics: dict[str, Any] = {}
+    if algorithm.use_kl_in_reward:
+        for key in ("old_log_probs", "ref_log_prob"):
+            if key not in batch.batch.keys():
+                raise ValueError(
+                    f"algorithm.use_kl_in_reward needs batch[{key!r}]: compute log-probs first or set it to false"
+                )
+        kl_ctrl = kl_ctrl if kl_ctrl is not None else core_algos.get_kl_controller(algorithm.kl_ctrl)
+        batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=kl_ctrl, kl_penalty=algorithm.kl_penalty)
+        metrics.update(kl_metrics)
+    else:
+        if "token_level_scores" not in batch.batch.keys():
+            raise ValueError("batch lacks token_level_scores: the rows need the rollout's reward on their last token")
+        batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+
+    adv_kwargs = {
+        "adv_estimator": algorithm.adv_estimator,
+        "gamma": algorithm.gamma,
+        "lam": algorithm.lam,
+        "num_repeat": cfg.actor_rollout_ref.rollout.n,
+        "norm_adv_by_std_in_grpo": algorithm.get("norm_adv_by_std_in_grpo", True),
+        "config": algorithm,
+    }
+    if algorithm.get("enable_rollout_level_advantage", False):
+        batch, rollout_metrics = compute_rollout_level_advantage(batch, **adv_kwargs)
+        metrics.update(rollout_metrics)
+    else:
+        batch = compute_advantage(batch, **adv_kwargs)
+
+    metrics.update(_group_metrics(batch))
+    metrics.update(compute_data_metrics(batch=batch, use_critic=False))
+
+    if cfg.actor_rollout_ref.actor.policy_loss.loss_mode == PER_ROLLOUT_MEAN_LOSS_MODE:
+        rollout_ids = batch.non_tensor_batch.get("rollout_id_list")
+        if rollout_ids is None:
+            raise RuntimeError("per_rollout_mean loss requires rollout_id_list")
+        batch.batch["advantages"] = normalize_advantages_by_rollout(
+            batch.batch["advantages"],
+            batch.batch["response_mask"],
+            rollout_ids,
+            num_trained_rows=len(batch),
+            divisor=cfg.lab.per_rollout_divisor,
+        )
+    return batch, metrics
+
+
+def prepare_batch(rows: DataProto, cfg: DictConfig, *, seed: int | None = None) -> tuple[DataProto, dict[str, Any]]:
+    """Steps 1–5: the batch ready for the actor update, and every metric the steps log.
+
+    If the drops leave nothing, the empty batch is returned with the drop counters only.
+    """
+    batch, metrics = select_rows(rows, cfg, seed=seed)
+    if len(batch) == 0:
+        return batch, metrics
+    batch, adv_metrics = compute_advantages(batch, cfg)
+    return batch, {**metrics, **adv_metrics}
+
+
+def _group_metrics(batch: DataProto) -> dict[str, int]:
+    """GRPO groups in the trained batch and how many have one reward throughout (zero advantage)."""
+    groups = group_rows(non_tensor_ids(batch, "uid"), field="uid")
+    scores = batch.batch["token_level_scores"].sum(dim=-1).float()  # (rows,)
+    lowest = torch.full((groups.n_groups,), float("inf")).scatter_reduce(
+        0, torch.from_numpy(groups.codes), scores, reduce="amin"
+    )
+    highest = torch.full((groups.n_groups,), float("-inf")).scatter_reduce(
+        0, torch.from_numpy(groups.codes), scores, reduce="amax"
+    )
+    return {"training/n_groups": groups.n_groups, "training/n_zero_adv_groups": int((highest == lowest).sum())}
+
+
+def _shallow_copy(rows: DataProto) -> DataProto:
+    """A DataProto sharing the tensors of ``rows``, so adding or replacing fields leaves ``rows`` as it was."""
+    return DataProto(
+        batch=rows.batch.copy(), non_tensor_batch=dict(rows.non_tensor_batch), meta_info=dict(rows.meta_info)
+    )

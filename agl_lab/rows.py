@@ -1,0 +1,354 @@
+"""Training rows as verl ``DataProto``: building them, grouping them by rollout, checking their fields.
+
+After trace aggregation one rollout (one agent episode) becomes one or more *rows*. A row holds a
+left-padded prompt and a right-padded response, verl's usual layout::
+
+    input_ids      = [pad pad p0 p1 p2 | r0 r1 r2 pad]     # (rows, P + R)
+    attention_mask = [ 0   0   1  1  1 |  1  1  1  0 ]
+    response_mask  =                    [ 1  0  1  0 ]     # (rows, R): trainable response tokens
+
+Every stage of agl_lab (advantage, normalization, drops, weighting) reads rows through the helpers
+here, so a malformed batch fails the same way everywhere, naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from verl import DataProto
+
+__all__ = [
+    "RolloutGroups",
+    "build_rows",
+    "EXAMPLE_OVERRIDES",
+    "example_rows",
+    "group_rows",
+    "non_tensor_ids",
+    "require_finite_rows",
+    "require_matrix",
+    "rows_frame",
+    "rows_from_plan",
+]
+
+
+@dataclass(frozen=True)
+class RolloutGroups:
+    """Rows grouped by an id column, in order of first appearance (as a Python dict would group them)."""
+
+    codes: np.ndarray  # (rows,) int64: group index of each row
+    first_rows: np.ndarray  # (groups,) int64: index of each group's first row
+    sizes: np.ndarray  # (groups,) int64: rows per group
+    ids: np.ndarray  # (groups,) object: the id of each group
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.first_rows)
+
+
+def group_rows(ids: np.ndarray, *, field: str) -> RolloutGroups:
+    """Group rows by ``ids`` without a Python loop over rows.
+
+    Ids compare like dict keys (``1 == 1.0``), which is how Agent Lightning groups them.
+    Missing ids (``None``/NaN) are refused: a row that belongs to no rollout cannot be weighted.
+    """
+    try:
+        codes, uniques = pd.factorize(ids, use_na_sentinel=True)
+    except TypeError as exc:  # lists or dicts cannot be dict keys either
+        raise ValueError(f"{field} must hold hashable ids (str or int), got unhashable values: {exc}") from exc
+    missing = np.flatnonzero(codes < 0)
+    if len(missing):
+        raise ValueError(
+            f"{field} has missing values (None/NaN) at rows {missing[:10].tolist()}: "
+            f"every row needs the id of the rollout or prompt it came from"
+        )
+    codes = codes.astype(np.int64, copy=False)
+    # factorize numbers groups by first appearance, so each group's first row is where its code first occurs.
+    _, first_rows = np.unique(codes, return_index=True)
+    sizes = np.bincount(codes, minlength=len(uniques)).astype(np.int64)
+    return RolloutGroups(codes=codes, first_rows=first_rows.astype(np.int64), sizes=sizes, ids=np.asarray(uniques))
+
+
+def non_tensor_ids(batch: DataProto, key: str, *, error: str | None = None) -> np.ndarray:
+    """Return the non-tensor id column ``key`` as a 1-D array with one entry per row.
+
+    ``error`` is the text raised (RuntimeError) when the column is missing, so callers keep the exact
+    Agent Lightning wording; without it a ValueError names the field.
+    """
+    values = batch.non_tensor_batch.get(key)
+    if values is None:
+        if error is not None:
+            raise RuntimeError(error)
+        raise ValueError(f"batch lacks non_tensor_batch[{key!r}]: add it (one id per row) before this step")
+    values = np.asarray(values)
+    if values.ndim != 1:
+        raise ValueError(
+            f"non_tensor_batch[{key!r}] must hold one hashable id per row (1-D), got shape {values.shape}: "
+            f"ragged or nested ids cannot be grouped"
+        )
+    return values
+
+
+def require_matrix(
+    batch: DataProto,
+    key: str,
+    *,
+    like: torch.Tensor | None = None,
+    floating: bool = False,
+    finite: bool = False,
+    error: str | None = None,
+) -> torch.Tensor:
+    """Return ``batch.batch[key]`` after checking it is a (rows, T) tensor.
+
+    ``like``: a tensor the field must match in shape (e.g. the response mask). ``floating``: refuse integer
+    dtypes. ``finite``: refuse NaN/inf (a NaN reward would silently poison every advantage of its group).
+    ``error``: the exact text raised (RuntimeError) when the field is missing.
+    """
+    if batch.batch is None or key not in batch.batch.keys():
+        if error is not None:
+            raise RuntimeError(error)
+        raise ValueError(f"batch lacks batch[{key!r}]: it is needed here; add it to the rows first")
+    value = batch.batch[key]
+    if value.ndim != 2:
+        raise ValueError(f"batch[{key!r}] must be 2-D (rows, response_length), got shape {tuple(value.shape)}")
+    if like is not None and value.shape != like.shape:
+        raise ValueError(
+            f"batch[{key!r}] has shape {tuple(value.shape)} but response_mask has {tuple(like.shape)}: "
+            f"both must be (rows, response_length)"
+        )
+    if floating and not value.is_floating_point():
+        raise ValueError(f"batch[{key!r}] must be a floating-point tensor, got {value.dtype}")
+    if finite:
+        require_finite_rows(value.sum(dim=-1), key)
+    return value
+
+
+def require_finite_rows(row_sums: torch.Tensor, key: str) -> None:
+    """Refuse rows of ``key`` holding NaN or inf, given the row sums (any NaN/inf makes a row's sum non-finite).
+
+    Checking the (rows,) sums instead of every element costs nothing extra where the sums are needed anyway.
+    """
+    bad = ~torch.isfinite(row_sums)
+    if bool(bad.any()):
+        rows = bad.nonzero().flatten()[:10].tolist()
+        raise ValueError(
+            f"batch[{key!r}] has NaN or inf values in rows {rows}: fill missing rewards first "
+            f"(agentlightning.reward_fillna_value does this for rollouts without a reward)"
+        )
+
+
+def build_rows(
+    *,
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    rewards: Sequence[float],
+    rollout_ids: Sequence[Any],
+    data_ids: Sequence[Any],
+    response_masks: Sequence[Sequence[int]] | None = None,
+    is_drop: Sequence[bool] | None = None,
+    turn_indices: Sequence[int] | None = None,
+    rollout_log_probs: Sequence[Sequence[float]] | None = None,
+    pad_token_id: int = 0,
+    prompt_width: int | None = None,
+    response_width: int | None = None,
+) -> DataProto:
+    """Pad token lists into a verl ``DataProto`` with the fields Agent Lightning's adapter produces.
+
+    Tensors: ``prompts`` (rows, P), ``responses`` (rows, R), ``input_ids``/``attention_mask``/``position_ids``
+    (rows, P + R), ``response_mask`` (rows, R), ``is_drop_mask`` (rows,), ``token_level_scores`` (rows, R)
+    with the reward on the last response token, and ``rollout_log_probs`` when given. Non-tensor:
+    ``data_id_list``, ``rollout_id_list`` and ``turn_index_list`` when given. ``prompt_width`` and
+    ``response_width`` fix the padded widths (default: the longest); truncation is the aggregator's job.
+    """
+    n = len(prompts)
+    columns = {"responses": responses, "rewards": rewards, "rollout_ids": rollout_ids, "data_ids": data_ids}
+    optional = {
+        "response_masks": response_masks,
+        "is_drop": is_drop,
+        "turn_indices": turn_indices,
+        "rollout_log_probs": rollout_log_probs,
+    }
+    for name, column in {**columns, **{k: v for k, v in optional.items() if v is not None}}.items():
+        if len(column) != n:
+            raise ValueError(f"{name} has {len(column)} entries but prompts has {n}: give one per row")
+    prompt_lens = np.array([len(p) for p in prompts], dtype=np.int64)
+    response_lens = np.array([len(r) for r in responses], dtype=np.int64)
+    empty = np.flatnonzero(response_lens == 0)
+    if len(empty):
+        raise ValueError(f"responses are empty in rows {empty[:10].tolist()}: skip rows without response tokens")
+    width_p = _width(prompt_lens, prompt_width, "prompt_width")
+    width_r = _width(response_lens, response_width, "response_width")
+
+    prompt_ids = _pad(prompts, prompt_lens, width_p, pad_token_id, left=True, dtype=np.int64)  # (rows, P)
+    response_ids = _pad(responses, response_lens, width_r, pad_token_id, left=False, dtype=np.int64)  # (rows, R)
+    prompt_attn = _pad_ones(prompt_lens, width_p, left=True)  # (rows, P)
+    response_attn = _pad_ones(response_lens, width_r, left=False)  # (rows, R)
+    if response_masks is None:
+        response_mask = response_attn
+    else:
+        mask_lens = np.array([len(m) for m in response_masks], dtype=np.int64)
+        wrong = np.flatnonzero(mask_lens != response_lens)
+        if len(wrong):
+            raise ValueError(f"response_masks rows {wrong[:10].tolist()} differ in length from their responses")
+        response_mask = _pad(response_masks, response_lens, width_r, 0, left=False, dtype=np.int64)
+
+    attention_mask = torch.from_numpy(np.concatenate([prompt_attn, response_attn], axis=1))  # (rows, P + R)
+    position_ids = torch.clip(torch.cumsum(attention_mask, dim=-1) - 1, min=0)  # (rows, P + R)
+    scores = np.zeros((n, width_r), dtype=np.float32)  # (rows, R)
+    scores[np.arange(n), response_lens - 1] = np.asarray(rewards, dtype=np.float32)
+
+    tensors: dict[str, torch.Tensor] = {
+        "prompts": torch.from_numpy(prompt_ids),
+        "responses": torch.from_numpy(response_ids),
+        "input_ids": torch.from_numpy(np.concatenate([prompt_ids, response_ids], axis=1)),
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "response_mask": torch.from_numpy(response_mask),
+        "is_drop_mask": torch.as_tensor(np.zeros(n, dtype=bool) if is_drop is None else np.asarray(is_drop, bool)),
+        "token_level_scores": torch.from_numpy(scores),
+    }
+    if rollout_log_probs is not None:
+        tensors["rollout_log_probs"] = torch.from_numpy(
+            _pad(rollout_log_probs, response_lens, width_r, 0.0, left=False, dtype=np.float32)
+        )
+    non_tensors = {
+        "data_id_list": _object_array(data_ids),
+        "rollout_id_list": _object_array(rollout_ids),
+    }
+    if turn_indices is not None:
+        non_tensors["turn_index_list"] = _object_array(turn_indices)
+    return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+
+
+# The overrides that fit example_rows(), as Agent Lightning's example scripts pass theirs: GRPO, no KL in the
+# reward, 2 prompts × 3 rollouts per step, PPO mini-batches of 1 prompt = 3 rows.
+EXAMPLE_OVERRIDES: dict[str, Any] = {
+    "algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False},
+    "data": {"train_batch_size": 2},
+    "actor_rollout_ref": {"rollout": {"n": 3}, "actor": {"ppo_mini_batch_size": 1}},
+}
+
+
+def example_rows() -> DataProto:
+    """A small batch that shows why the settings exist: 2 prompts × 3 rollouts with 1–3 rows each.
+
+    Failing rollouts (reward 0) took more LLM calls, so trace aggregation split them into more rows —
+    under verl's own loss aggregation they would weigh more just for being split.
+    """
+    return rows_from_plan(
+        [
+            ("q0", "q0/r0", 1.0, [3]),
+            ("q0", "q0/r1", 0.0, [2, 4]),
+            ("q0", "q0/r2", 0.0, [2, 1, 3]),
+            ("q1", "q1/r0", 1.0, [2, 2]),
+            ("q1", "q1/r1", 1.0, [4]),
+            ("q1", "q1/r2", 0.0, [1, 2, 2]),
+        ]
+    )
+
+
+def rows_from_plan(
+    plan: Sequence[tuple[Any, Any, float, Sequence[int]]], *, response_masks: Sequence[Sequence[int]] | None = None
+) -> DataProto:
+    """Rows from a plan of ``(data_id, rollout_id, reward, [response length of each row])``, one row per length.
+
+    Token ids are placeholders (a 3-token prompt, responses counting up from 10); ``turn_index_list`` numbers
+    the rows of each rollout. For hand-built batches in tests, docs and notebooks.
+    """
+    prompts, responses, rewards, rollout_ids, data_ids, turns = [], [], [], [], [], []
+    for data_id, rollout_id, reward, lengths in plan:
+        for turn, length in enumerate(lengths):
+            prompts.append([5 + turn, 6, 7])
+            responses.append(list(range(10, 10 + length)))
+            rewards.append(reward)
+            rollout_ids.append(rollout_id)
+            data_ids.append(data_id)
+            turns.append(turn)
+    return build_rows(
+        prompts=prompts,
+        responses=responses,
+        rewards=rewards,
+        rollout_ids=rollout_ids,
+        data_ids=data_ids,
+        turn_indices=turns,
+        response_masks=response_masks,
+    )
+
+
+def rows_frame(batch: DataProto) -> pd.DataFrame:
+    """One line per row: which rollout and prompt group it belongs to, its size, reward and advantage mass.
+
+    ``advantage`` is the row's mean advantage over its trainable tokens and ``advantage_mass`` the sum
+    Σ_t A_t·mask_t, i.e. the row's weight in a summed policy-gradient loss; ``rollout_mass`` adds up the
+    masses of the rollout's rows. Columns of fields the batch does not have yet are left out.
+    """
+    n = len(batch)
+    rollout_ids = non_tensor_ids(batch, "rollout_id_list")
+    rollouts = group_rows(rollout_ids, field="rollout_id_list")
+    mask = require_matrix(batch, "response_mask")  # (rows, R)
+    tokens = mask.sum(dim=-1)  # (rows,)
+    frame = pd.DataFrame({"row": np.arange(n), "rollout_id": rollout_ids})
+    group_key = next((k for k in ("uid", "data_id_list") if k in batch.non_tensor_batch), None)
+    if group_key is not None:
+        frame["uid"] = non_tensor_ids(batch, group_key)
+    if "turn_index_list" in batch.non_tensor_batch:
+        frame["turn"] = batch.non_tensor_batch["turn_index_list"]
+    frame["rows_in_rollout"] = rollouts.sizes[rollouts.codes]
+    frame["trainable_tokens"] = tokens.numpy()
+    for key in ("token_level_scores", "token_level_rewards"):
+        if key in batch.batch.keys():
+            frame["reward"] = batch.batch[key].sum(dim=-1).float().numpy()
+            break
+    if "advantages" in batch.batch.keys():
+        advantages = require_matrix(batch, "advantages", like=mask).detach().float()  # (rows, R)
+        mass = (advantages * mask).sum(dim=-1)  # (rows,)
+        frame["advantage"] = (mass / tokens.clamp_min(1)).numpy()
+        frame["advantage_mass"] = mass.numpy()
+        frame["rollout_mass"] = frame.groupby("rollout_id", sort=False)["advantage_mass"].transform("sum")
+    return frame
+
+
+def _width(lengths: np.ndarray, width: int | None, name: str) -> int:
+    longest = int(lengths.max(initial=0))
+    if width is None:
+        return max(longest, 1)
+    if width < longest:
+        raise ValueError(f"{name}={width} is shorter than the longest row ({longest} tokens): truncate first")
+    return width
+
+
+def _flat(values: Sequence[Sequence[Any]], lengths: np.ndarray, dtype: type) -> np.ndarray:
+    if lengths.sum() == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.concatenate([np.asarray(v, dtype=dtype) for v in values if len(v)])
+
+
+def _scatter_index(lengths: np.ndarray, width: int, *, left: bool) -> tuple[np.ndarray, np.ndarray]:
+    rows = np.repeat(np.arange(len(lengths)), lengths)
+    starts = np.cumsum(lengths) - lengths
+    within = np.arange(int(lengths.sum())) - np.repeat(starts, lengths)
+    cols = within + np.repeat(width - lengths, lengths) if left else within
+    return rows, cols
+
+
+def _pad(values, lengths: np.ndarray, width: int, fill, *, left: bool, dtype: type) -> np.ndarray:
+    out = np.full((len(lengths), width), fill, dtype=dtype)
+    rows, cols = _scatter_index(lengths, width, left=left)
+    out[rows, cols] = _flat(values, lengths, dtype)
+    return out
+
+
+def _pad_ones(lengths: np.ndarray, width: int, *, left: bool) -> np.ndarray:
+    cols = np.arange(width)[None, :]
+    ones = cols >= (width - lengths)[:, None] if left else cols < lengths[:, None]
+    return ones.astype(np.int64)
+
+
+def _object_array(values: Sequence[Any]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out

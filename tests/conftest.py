@@ -1,0 +1,66 @@
+"""Shared test helpers: hand-built batches in Agent Lightning's row layout, and hypothesis strategies."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import agl_lab  # noqa: E402,F401  (registers per_rollout_mean)
+from agl_lab.rows import rows_from_plan  # noqa: E402
+
+
+def make_rows(plan, *, masks=None):
+    """Rows from ``plan``: a list of (data_id, rollout_id, reward, [response length of each row])."""
+    return rows_from_plan(plan, response_masks=masks)
+
+
+def with_rewards(batch):
+    """What trainer step 3 does without a KL penalty: token_level_rewards = token_level_scores."""
+    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"].clone()
+    return batch
+
+
+def snapshot(batch):
+    """A deep copy of every field, to prove a failed call left the batch as it was."""
+    return (
+        {k: v.clone() for k, v in batch.batch.items()},
+        {k: v.copy() for k, v in batch.non_tensor_batch.items()},
+    )
+
+
+def assert_unchanged(batch, snap):
+    tensors, non_tensors = snap
+    assert set(batch.batch.keys()) == set(tensors)
+    assert set(batch.non_tensor_batch) == set(non_tensors)
+    for key, value in tensors.items():
+        torch.testing.assert_close(batch.batch[key], value, rtol=0, atol=0, equal_nan=True, msg=key)
+    for key, value in non_tensors.items():
+        assert (batch.non_tensor_batch[key] == value).all(), key
+
+
+@st.composite
+def plans(draw, *, max_prompts=4, max_rollouts=4, max_rows=4, max_len=5, rewards=(0.0, 1.0)):
+    """Random batches: prompts × rollouts, each rollout 1..max_rows rows of 1..max_len tokens, shuffled rows."""
+    plan = []
+    for p in range(draw(st.integers(1, max_prompts))):
+        for r in range(draw(st.integers(1, max_rollouts))):
+            lengths = draw(st.lists(st.integers(1, max_len), min_size=1, max_size=max_rows))
+            plan.append((f"p{p}", f"p{p}/r{r}", draw(st.sampled_from(rewards)), lengths))
+    return plan
+
+
+def shuffled(batch, seed):
+    """The same rows in a random order: grouping must not depend on rows of a rollout being adjacent."""
+    perm = np.random.default_rng(seed).permutation(len(batch))
+    return batch[torch.from_numpy(perm)]
+
+
+@pytest.fixture
+def example():
+    return agl_lab.example_rows()

@@ -1,0 +1,45 @@
+"""The real entry points: the ``agl-lab`` console script and ``python -m agl_lab``."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+AGL_LAB = str(Path(sys.executable).parent / "agl-lab")
+
+
+def run(*args, entry=(AGL_LAB,)):
+    return subprocess.run([*entry, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_check_prints_the_settings_the_doctor_and_the_metrics():
+    result = run("check", "agentlightning.max_ppo_update_times=2")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "algorithm.enable_rollout_level_advantage         true" in out
+    assert "actor_rollout_ref.actor.policy_loss.loss_mode    per_rollout_mean" in out
+    assert "agentlightning.max_ppo_update_times              2" in out
+    assert "Doctor: no findings" in out
+    # 12 example rows, mini-batches of 3, cap 2 -> 6 trained
+    assert "training/n_sample_collected                                 12" in out
+    assert "training/n_sample_trained                                    6" in out
+    assert "training/rollout_level_advantage/n_rollouts" in out
+    assert "rollout_mass" in out
+
+
+def test_python_dash_m_and_show_config():
+    result = run("check", "--show-config", entry=(sys.executable, "-m", "agl_lab"))
+    assert result.returncode == 0, result.stderr
+    assert "agentlightning:" in result.stdout and "max_ppo_update_times: null" in result.stdout
+
+
+def test_misspelt_key_exits_2_naming_the_nearest_key():
+    result = run("check", "agentlightning.max_ppo_update_time=2")
+    assert result.returncode == 2
+    assert "did you mean 'agentlightning.max_ppo_update_times'?" in result.stderr
+
+
+def test_doctor_errors_exit_1_before_running_the_example():
+    result = run("check", "algorithm.adv_estimator=remax")
+    assert result.returncode == 1
+    assert "REMAX baseline not yet supported in AgentLightningRayPPOTrainer" in result.stdout
+    assert "Metrics:" not in result.stdout

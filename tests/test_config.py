@@ -1,0 +1,148 @@
+import re
+
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from agl_lab import ConfigError, compose_config
+from agl_lab.config import base_config
+
+
+def test_defaults_are_verl_ppo_trainer_plus_agent_lightning():
+    cfg = compose_config()
+    # Agent Lightning's additions
+    assert cfg.algorithm.enable_rollout_level_advantage is True
+    assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "per_rollout_mean"
+    assert cfg.actor_rollout_ref.actor.calculate_entropy is True
+    assert cfg.actor_rollout_ref.rollout.mode == "async"
+    assert cfg.data.filter_overlong_prompts is False
+    agl = OmegaConf.to_container(cfg.agentlightning)
+    assert agl == {
+        "agl_base_url": "http://localhost:8080",
+        "agl_key": "",
+        "hooks": None,
+        "rollout_timeout_seconds": 1800,
+        "local": {"agent_class": None, "env_map": {}},
+        "k8s": {"job_template_path": None},
+        "reward_fillna_value": 0.0,
+        "max_ppo_update_times": None,
+        "trace_aggregator": {
+            "level": "trajectory",
+            "trajectory_max_prompt_length": 2048,
+            "trajectory_max_response_length": 8192,
+        },
+        "async_rollout": {"enabled": False, "async_train_batch_size": None},
+    }
+    # verl's own ppo_trainer defaults are untouched underneath
+    assert cfg.actor_rollout_ref.actor.clip_ratio_c == 3.0
+    assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 256
+    assert cfg.algorithm.adv_estimator == "gae"
+    # agl_lab's own section
+    assert OmegaConf.to_container(cfg.lab) == {"seed": 0, "per_rollout_divisor": "rows"}
+    OmegaConf.to_container(cfg, resolve=True)  # resolvable
+
+
+def test_overrides_dict_then_dotlist_later_wins():
+    cfg = compose_config(
+        overrides={
+            "algorithm": {"adv_estimator": "grpo"},
+            "agentlightning.max_ppo_update_times": 4,
+            "data": {"train_batch_size": 8},
+        },
+        dotlist=["agentlightning.max_ppo_update_times=2", "actor_rollout_ref.rollout.n=3"],
+    )
+    assert cfg.algorithm.adv_estimator == "grpo"
+    assert cfg.agentlightning.max_ppo_update_times == 2
+    assert cfg.data.train_batch_size == 8
+    # verl's interpolations stay live: the actor's rollout_n follows rollout.n
+    assert OmegaConf.to_container(cfg, resolve=True)["actor_rollout_ref"]["actor"]["rollout_n"] == 3
+
+
+def test_compose_returns_independent_copies():
+    first = compose_config(dotlist=["lab.seed=5"])
+    second = compose_config()
+    assert first.lab.seed == 5 and second.lab.seed == 0
+    assert base_config().lab.seed == 0
+
+
+def test_hydra_value_syntax():
+    cfg = compose_config(
+        dotlist=[
+            "trainer.logger=[console,file]",
+            "actor_rollout_ref.actor.optim.lr=1e-5",
+            "agentlightning.hooks=null",
+            "trainer.experiment_name='two words'",
+            "actor_rollout_ref.actor.clip_ratio_low=0",  # an int for a float key becomes a float
+        ]
+    )
+    assert list(cfg.trainer.logger) == ["console", "file"]
+    assert cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(1e-5)
+    assert cfg.trainer.experiment_name == "two words"
+    assert isinstance(cfg.actor_rollout_ref.actor.clip_ratio_low, float)
+
+
+def test_open_sections_accept_new_keys_and_plus_adds_explicitly():
+    cfg = compose_config(
+        overrides={"agentlightning": {"local": {"env_map": {"OPENAI_BASE_URL": "http://x"}}}},
+        dotlist=["+trainer.my_note=hello", "~agentlightning.k8s.job_template_path"],
+    )
+    assert cfg.agentlightning.local.env_map.OPENAI_BASE_URL == "http://x"
+    assert cfg.trainer.my_note == "hello"
+    assert "job_template_path" not in cfg.agentlightning.k8s
+
+
+@pytest.mark.parametrize(
+    ("overrides", "dotlist", "text"),
+    [
+        (
+            {},
+            ["agentlightning.max_ppo_update_time=2"],
+            "unknown key 'agentlightning.max_ppo_update_time' (did you mean 'agentlightning.max_ppo_update_times'?)",
+        ),
+        (
+            {},
+            ["algorithm.enable_rollout_level_advantag=true"],
+            "did you mean 'algorithm.enable_rollout_level_advantage'?",
+        ),
+        ({}, ["max_ppo_update_times=2"], "did you mean 'agentlightning.max_ppo_update_times'?"),
+        (
+            {"actor_rollout_ref": {"actor": {"policy_loss": {"loss_mod": "vanilla"}}}},
+            [],
+            "did you mean 'actor_rollout_ref.actor.policy_loss.loss_mode'?",
+        ),
+        ({}, ["data.train_batch_size=eight"], "data.train_batch_size must be an integer, got 'eight' (str)"),
+        ({}, ["data.train_batch_size=8.5"], "data.train_batch_size must be an integer, got 8.5 (float)"),
+        ({}, ["algorithm.enable_rollout_level_advantage=1"], "must be a boolean (true/false), got 1 (int)"),
+        ({}, ["trainer.logger=console"], "trainer.logger must be a list, e.g. [a,b], got 'console'"),
+        ({}, ["lab.seed=abc"], "lab.seed must be an integer, got 'abc'"),
+        ({}, ["agentlightning.max_ppo_update_times"], "Error parsing override 'agentlightning.max_ppo_update_times'"),
+        ({}, ["~trainer.no_such_key"], "cannot delete 'trainer.no_such_key': no such key"),
+        ({}, ["+lab.extra=1"], "lab.extra"),
+    ],
+)
+def test_bad_keys_and_values_are_errors(overrides, dotlist, text):
+    with pytest.raises(ConfigError, match=re.escape(text)):
+        compose_config(overrides=overrides, dotlist=dotlist)
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(ConfigError) as err:
+        compose_config(dotlist=["agentlightning.max_ppo_update_time=2", "data.train_batch_size=x"])
+    lines = str(err.value).splitlines()
+    assert lines[0] == "config has problems:" and len(lines) == 3
+
+
+def test_broken_interpolation_is_an_error():
+    with pytest.raises(ConfigError, match="fix the interpolation"):
+        compose_config(dotlist=["trainer.experiment_name=${no.such.key}"])
+
+
+def test_composition_leaves_a_running_hydra_app_alone():
+    with initialize_config_module(config_module="agl_lab.conf", version_base=None):
+        from agl_lab.config import _composed_base
+
+        _composed_base.cache_clear()
+        compose_config()
+        assert GlobalHydra.instance().is_initialized()
+        assert compose(config_name="agl_trainer").algorithm.enable_rollout_level_advantage is True

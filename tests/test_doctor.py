@@ -1,0 +1,129 @@
+import pytest
+from omegaconf import OmegaConf
+
+from agl_lab import ConfigError, compose_config, diagnose
+from agl_lab.doctor import raise_for_errors
+from agl_lab.rows import EXAMPLE_OVERRIDES
+
+
+def findings(*dotlist):
+    return diagnose(compose_config(overrides=EXAMPLE_OVERRIDES, dotlist=dotlist))
+
+
+def only(found, level):
+    return [f for f in found if f.level == level]
+
+
+def test_agent_lightnings_recommended_settings_have_no_findings():
+    assert findings("agentlightning.max_ppo_update_times=2") == []
+
+
+def test_no_cap_is_a_note_with_the_recommendation():
+    (note,) = findings()
+    assert note.level == "note" and note.key == "agentlightning.max_ppo_update_times"
+    assert "agentlightning.max_ppo_update_times=2" in note.fix
+
+
+@pytest.mark.parametrize(
+    ("dotlist", "key", "text"),
+    [
+        (
+            ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"],
+            "actor_rollout_ref.actor.policy_loss.loss_mode",
+            "rollout-level advantage is on but loss_mode is 'vanilla'",
+        ),
+        (
+            ["algorithm.enable_rollout_level_advantage=false"],
+            "algorithm.enable_rollout_level_advantage",
+            "per_rollout_mean is on but rollout-level advantage is off",
+        ),
+    ],
+)
+def test_half_set_pair_is_a_warning_with_both_fixes(dotlist, key, text):
+    (warning,) = only(findings(*dotlist, "agentlightning.max_ppo_update_times=2"), "warning")
+    assert warning.key == key and text in warning.message
+    assert "=per_rollout_mean" in warning.fix or "=true" in warning.fix
+
+
+def test_both_off_is_plain_verl_and_fine():
+    assert (
+        findings(
+            "algorithm.enable_rollout_level_advantage=false",
+            "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
+            "agentlightning.max_ppo_update_times=2",
+        )
+        == []
+    )
+
+
+@pytest.mark.parametrize(
+    ("dotlist", "key", "text"),
+    [
+        (
+            ["algorithm.adv_estimator=remax"],
+            "algorithm.adv_estimator",
+            "REMAX baseline not yet supported in AgentLightningRayPPOTrainer",
+        ),
+        (["algorithm.adv_estimator=gae"], "algorithm.adv_estimator", "gae gives per-token advantages"),
+        (["algorithm.use_kl_in_reward=true"], "algorithm.use_kl_in_reward", "a KL penalty in the reward"),
+        (
+            ["actor_rollout_ref.actor.clip_ratio_c=1.0"],
+            "actor_rollout_ref.actor.clip_ratio_c",
+            "clip_ratio_c must be greater than 1.0, got 1.0",
+        ),
+        (
+            ["agentlightning.max_ppo_update_times=0"],
+            "agentlightning.max_ppo_update_times",
+            "must be null or an integer >= 1, got 0",
+        ),
+        (
+            ["actor_rollout_ref.actor.ppo_mini_batch_size=4"],
+            "actor_rollout_ref.actor.ppo_mini_batch_size",
+            "ppo_mini_batch_size (4) is larger than data.train_batch_size (2)",
+        ),
+        (["actor_rollout_ref.rollout.n=0"], "actor_rollout_ref.rollout.n", "must be a positive integer, got 0"),
+        (["algorithm.adv_estimator=grpoo"], "algorithm.adv_estimator", "unknown value 'grpoo' (did you mean 'grpo'?)"),
+        (
+            ["actor_rollout_ref.actor.policy_loss.loss_mode=per_rollout_means"],
+            "actor_rollout_ref.actor.policy_loss.loss_mode",
+            "did you mean 'per_rollout_mean'?",
+        ),
+        (
+            ["actor_rollout_ref.actor.loss_agg_mode=token_mean"],
+            "actor_rollout_ref.actor.loss_agg_mode",
+            "did you mean 'token-mean'?",
+        ),
+        (
+            ["agentlightning.trace_aggregator.level=trajectory-strict"],
+            "agentlightning.trace_aggregator.level",
+            "unknown value 'trajectory-strict'",
+        ),
+        (["lab.per_rollout_divisor=tokens"], "lab.per_rollout_divisor", "use one of: rows, rollouts"),
+    ],
+)
+def test_errors_name_the_key_and_the_fix(dotlist, key, text):
+    errors = only(findings(*dotlist), "error")
+    assert [e.key for e in errors] == [key]
+    assert text in str(errors[0])
+    assert errors[0].fix
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        raise_for_errors(errors)
+
+
+def test_misspelt_keys_and_wrong_types_in_a_config_from_elsewhere():
+    # A config loaded from YAML (a run directory, a colleague's file) skips compose_config's checks.
+    cfg = compose_config(overrides=EXAMPLE_OVERRIDES)
+    OmegaConf.update(cfg, "agentlightning.max_ppo_update_time", 2, force_add=True)
+    OmegaConf.update(cfg, "data.train_batch_size", "eight")
+    OmegaConf.update(cfg, "trainer.my_section.inner", 1, force_add=True)
+    errors = diagnose(OmegaConf.create(OmegaConf.to_yaml(cfg)))
+    messages = {e.key: e.message for e in errors}
+    assert set(messages) == {"agentlightning.max_ppo_update_time", "data.train_batch_size", "trainer.my_section"}
+    assert "did you mean 'agentlightning.max_ppo_update_times'?" in messages["agentlightning.max_ppo_update_time"]
+    assert "must be an integer, got 'eight'" in messages["data.train_batch_size"]
+    assert all(e.level == "error" for e in errors)
+
+
+def test_findings_print_on_one_line_each():
+    for finding in findings("algorithm.adv_estimator=remax", "actor_rollout_ref.actor.clip_ratio_c=0.5"):
+        assert "\n" not in str(finding) and "-> fix:" in str(finding)

@@ -1,0 +1,157 @@
+import re
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from verl.trainer.ppo.ray_trainer import compute_advantage
+
+from agl_lab import (
+    EmptyBatchWarning,
+    compose_config,
+    compute_rollout_level_advantage,
+    example_rows,
+    normalize_advantages_by_rollout,
+    prepare_batch,
+)
+from agl_lab.pipeline import compute_advantages, select_rows
+from agl_lab.rows import EXAMPLE_OVERRIDES
+from conftest import assert_unchanged, snapshot
+
+
+def config(*dotlist):
+    return compose_config(overrides=EXAMPLE_OVERRIDES, dotlist=dotlist)
+
+
+def test_pipeline_equals_the_stages_composed_by_hand():
+    cfg = config()
+    rows = example_rows()
+    batch, metrics = prepare_batch(rows, cfg)
+    # By hand: uid = data_id_list, rewards = scores, rollout-level GRPO, v1.0 normalization over the 12 rows.
+    manual = example_rows()
+    manual.non_tensor_batch["uid"] = manual.non_tensor_batch["data_id_list"]
+    manual.batch["token_level_rewards"] = manual.batch["token_level_scores"]
+    manual, _ = compute_rollout_level_advantage(
+        manual, adv_estimator="grpo", gamma=1.0, lam=1.0, num_repeat=3, config=cfg.algorithm
+    )
+    expected = normalize_advantages_by_rollout(
+        manual.batch["advantages"],
+        manual.batch["response_mask"],
+        manual.non_tensor_batch["rollout_id_list"],
+        num_trained_rows=12,
+    )
+    torch.testing.assert_close(batch.batch["advantages"], expected)
+    assert metrics["training/n_sample_collected"] == 12
+    assert metrics["training/n_sample_trained"] == 12
+    assert metrics["training/rollout_level_advantage/n_rows"] == 12
+    assert metrics["training/rollout_level_advantage/n_rollouts"] == 6
+    assert metrics["training/n_groups"] == 2
+    assert "critic/advantages/mean" in metrics and "response_length/mean" in metrics  # verl's data metrics
+
+
+def test_every_rollout_carries_the_same_mass_magnitude_per_group():
+    batch, _ = prepare_batch(example_rows(), config())
+    mass = (batch.batch["advantages"] * batch.batch["response_mask"]).sum(-1)
+    ids = batch.non_tensor_batch["rollout_id_list"]
+    per_rollout = {r: mass[torch.from_numpy(ids == r)].sum().item() for r in dict.fromkeys(ids)}
+    # q0 rewards (1, 0, 0): GRPO advantages (1.1547, -0.57735, -0.57735), each divided by 12 rows
+    assert per_rollout["q0/r0"] == pytest.approx(1.1547 / 12, rel=1e-4)
+    assert per_rollout["q0/r1"] == pytest.approx(per_rollout["q0/r2"]) == pytest.approx(-0.57735 / 12, rel=1e-4)
+
+
+def test_rows_given_to_the_pipeline_are_left_as_they_were():
+    rows = example_rows()
+    snap = snapshot(rows)
+    prepare_batch(rows, config("agentlightning.max_ppo_update_times=1"))
+    assert_unchanged(rows, snap)
+
+
+def test_both_off_is_verls_own_per_row_advantage():
+    cfg = config(
+        "algorithm.enable_rollout_level_advantage=false", "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"
+    )
+    batch, metrics = prepare_batch(example_rows(), cfg)
+    expected = example_rows()
+    expected.non_tensor_batch["uid"] = expected.non_tensor_batch["data_id_list"]
+    expected.batch["token_level_rewards"] = expected.batch["token_level_scores"]
+    expected = compute_advantage(expected, adv_estimator="grpo")
+    torch.testing.assert_close(batch.batch["advantages"], expected.batch["advantages"])
+    assert not any(k.startswith("training/rollout_level_advantage/") for k in metrics)
+
+
+def test_eq16_divisor_from_the_lab_section():
+    batch, _ = prepare_batch(example_rows(), config("lab.per_rollout_divisor=rollouts"))
+    mass = (batch.batch["advantages"] * batch.batch["response_mask"]).sum().item()
+    plain, _ = prepare_batch(example_rows(), config())
+    # Eq. 16 divides by 6 rollouts instead of 12 rows: twice the mass, same direction.
+    assert mass == pytest.approx(2 * (plain.batch["advantages"] * plain.batch["response_mask"]).sum().item())
+
+
+def test_cap_and_seed():
+    cfg = config("agentlightning.max_ppo_update_times=2")
+    first, metrics = prepare_batch(example_rows(), cfg, seed=7)
+    again, _ = prepare_batch(example_rows(), cfg, seed=7)
+    assert metrics["training/n_sample_trained"] == 6  # 2 updates × 3 rows
+    assert metrics["training/n_sample_dropped/random"] + metrics["training/n_sample_dropped/same_reward"] == 6
+    assert first.non_tensor_batch["rollout_id_list"].tolist() == again.non_tensor_batch["rollout_id_list"].tolist()
+
+
+def test_marked_rows_are_dropped_before_alignment():
+    rows = example_rows()
+    rows.batch["is_drop_mask"][[0, 5, 9]] = True
+    _, metrics = prepare_batch(rows, config())
+    assert metrics["training/n_sample_dropped/marked"] == 3
+    assert metrics["training/n_sample_trained"] == 9
+
+
+def test_nothing_left_skips_with_a_warning():
+    with pytest.warns(EmptyBatchWarning):
+        batch, metrics = prepare_batch(
+            example_rows(), config("actor_rollout_ref.actor.ppo_mini_batch_size=5", "data.train_batch_size=5")
+        )
+    assert len(batch) == 0 and metrics["training/n_sample_trained"] == 0
+    assert "critic/advantages/mean" not in metrics
+
+
+def test_rows_without_data_ids_get_one_seeded_group_each():
+    rows = example_rows()
+    del rows.non_tensor_batch["data_id_list"]
+    batch, _ = select_rows(rows, config(), seed=3)
+    again, _ = select_rows(rows, config(), seed=3)
+    assert len(set(batch.non_tensor_batch["uid"])) == 12
+    assert batch.non_tensor_batch["uid"].tolist() == again.non_tensor_batch["uid"].tolist()
+
+
+def test_remax_is_refused_with_agent_lightnings_text():
+    with pytest.raises(NotImplementedError, match="REMAX baseline not yet supported in AgentLightningRayPPOTrainer"):
+        prepare_batch(example_rows(), config("algorithm.adv_estimator=remax"))
+
+
+def test_per_rollout_mean_needs_rollout_ids():
+    cfg = config("algorithm.enable_rollout_level_advantage=false")
+    batch, _ = select_rows(example_rows(), cfg)
+    del batch.non_tensor_batch["rollout_id_list"]
+    with pytest.raises(RuntimeError, match="^per_rollout_mean loss requires rollout_id_list$"):
+        compute_advantages(batch, cfg)
+
+
+def test_kl_in_reward_needs_log_probs():
+    cfg = config("algorithm.use_kl_in_reward=true", "algorithm.enable_rollout_level_advantage=false")
+    batch, _ = select_rows(example_rows(), cfg)
+    with pytest.raises(ValueError, match=re.escape("algorithm.use_kl_in_reward needs batch['old_log_probs']")):
+        compute_advantages(batch, cfg)
+    batch.batch["old_log_probs"] = torch.zeros_like(batch.batch["token_level_scores"])
+    batch.batch["ref_log_prob"] = torch.full_like(batch.batch["token_level_scores"], -0.1)
+    batch, metrics = compute_advantages(batch, cfg)
+    assert metrics["actor/reward_kl_penalty_coeff"] == pytest.approx(cfg.algorithm.kl_ctrl.kl_coef)
+    assert not torch.equal(batch.batch["token_level_rewards"], batch.batch["token_level_scores"])
+
+
+def test_group_metrics_count_zero_advantage_groups():
+    rows = example_rows()
+    rows.batch["token_level_scores"][:] = 0.0
+    rows.batch["token_level_scores"][np.arange(len(rows)), rows.batch["response_mask"].sum(-1) - 1] = 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, metrics = prepare_batch(rows, config())
+    assert metrics["training/n_groups"] == 2 and metrics["training/n_zero_adv_groups"] == 2

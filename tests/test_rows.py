@@ -1,0 +1,106 @@
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from agl_lab.rows import build_rows, example_rows, group_rows, rows_frame
+from conftest import make_rows
+
+
+def test_build_rows_layout_left_pads_prompts_right_pads_responses():
+    rows = build_rows(
+        prompts=[[11, 12, 13], [21]],
+        responses=[[31], [41, 42, 43]],
+        rewards=[1.0, 0.5],
+        rollout_ids=["a", "b"],
+        data_ids=["q", "q"],
+        response_masks=[[1], [1, 0, 1]],
+        pad_token_id=0,
+    )
+    b = rows.batch
+    # prompts are left-padded to width 3, responses right-padded to width 3
+    assert b["prompts"].tolist() == [[11, 12, 13], [0, 0, 21]]
+    assert b["responses"].tolist() == [[31, 0, 0], [41, 42, 43]]
+    assert b["input_ids"].tolist() == [[11, 12, 13, 31, 0, 0], [0, 0, 21, 41, 42, 43]]
+    assert b["attention_mask"].tolist() == [[1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]]
+    # position ids count attended tokens from 0, pads before the first one stay 0
+    assert b["position_ids"].tolist() == [[0, 1, 2, 3, 3, 3], [0, 0, 0, 1, 2, 3]]
+    assert b["response_mask"].tolist() == [[1, 0, 0], [1, 0, 1]]
+    # the reward sits on the last response token (row 0: index 0; row 1: index 2)
+    assert b["token_level_scores"].tolist() == [[1.0, 0.0, 0.0], [0.0, 0.0, 0.5]]
+    assert b["is_drop_mask"].tolist() == [False, False]
+    assert rows.non_tensor_batch["rollout_id_list"].tolist() == ["a", "b"]
+    assert rows.non_tensor_batch["data_id_list"].tolist() == ["q", "q"]
+
+
+def test_build_rows_fixed_widths_and_log_probs():
+    rows = build_rows(
+        prompts=[[1]],
+        responses=[[2, 3]],
+        rewards=[1.0],
+        rollout_ids=[0],
+        data_ids=[0],
+        rollout_log_probs=[[-0.5, -0.25]],
+        prompt_width=2,
+        response_width=4,
+    )
+    assert rows.batch["input_ids"].shape == (1, 6)
+    assert rows.batch["rollout_log_probs"].tolist() == [[-0.5, -0.25, 0.0, 0.0]]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"responses": [[]]}, "responses are empty in rows [0]"),
+        ({"rewards": [1.0, 2.0]}, "rewards has 2 entries but prompts has 1"),
+        ({"response_width": 1}, "response_width=1 is shorter than the longest row (2 tokens)"),
+        ({"response_masks": [[1]]}, "response_masks rows [0] differ in length"),
+    ],
+)
+def test_build_rows_refuses_bad_input(kwargs, message):
+    args = dict(prompts=[[1]], responses=[[2, 3]], rewards=[1.0], rollout_ids=["a"], data_ids=["q"])
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build_rows(**args)
+
+
+def test_group_rows_orders_groups_by_first_appearance_like_a_dict():
+    ids = np.array(["b", "a", "b", "c", "a", 1, 1.0], dtype=object)
+    groups = group_rows(ids, field="rollout_id_list")
+    expected = {}
+    for i, x in enumerate(ids):
+        expected.setdefault(x, []).append(i)
+    assert groups.ids.tolist() == list(expected)  # 1 and 1.0 are one key, as in a dict
+    assert groups.first_rows.tolist() == [v[0] for v in expected.values()]
+    assert groups.sizes.tolist() == [len(v) for v in expected.values()]
+    assert groups.codes.tolist() == [0, 1, 0, 2, 1, 3, 3]
+
+
+def test_group_rows_refuses_missing_and_unhashable_ids():
+    with pytest.raises(ValueError, match=r"rollout_id_list has missing values \(None/NaN\) at rows \[1\]"):
+        group_rows(np.array(["a", None], dtype=object), field="rollout_id_list")
+    ragged = np.empty(2, dtype=object)
+    ragged[:] = [["a"], ["b", "c"]]
+    with pytest.raises(ValueError, match="rollout_id_list must hold hashable ids"):
+        group_rows(ragged, field="rollout_id_list")
+
+
+def test_example_rows_have_rollouts_of_one_to_three_rows():
+    rows = example_rows()
+    sizes = group_rows(rows.non_tensor_batch["rollout_id_list"], field="r").sizes
+    assert sorted(set(sizes.tolist())) == [1, 2, 3]
+    assert set(rows.non_tensor_batch["data_id_list"]) == {"q0", "q1"}
+
+
+def test_rows_frame_reports_rollout_sizes_and_masses():
+    rows = make_rows([("q", "A", 1.0, [2, 1]), ("q", "B", 0.0, [3])])
+    rows.batch["advantages"] = torch.tensor([[0.5, 0.5, 0.0], [0.5, 0.0, 0.0], [-1.0, -1.0, -1.0]])
+    frame = rows_frame(rows)
+    assert frame["rows_in_rollout"].tolist() == [2, 2, 1]
+    assert frame["trainable_tokens"].tolist() == [2, 1, 3]
+    assert frame["reward"].tolist() == [1.0, 1.0, 0.0]
+    # row masses: 0.5+0.5, 0.5, -3; rollout A adds its two rows: 1.5
+    assert frame["advantage_mass"].tolist() == [1.0, 0.5, -3.0]
+    assert frame["rollout_mass"].tolist() == [1.5, 1.5, -3.0]
+    assert frame["turn"].tolist() == [0, 1, 0]
