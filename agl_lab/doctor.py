@@ -17,13 +17,13 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from verl.trainer.ppo import core_algos
 
+from agl_lab.aggregation import TRACE_LEVELS
 from agl_lab.config import ConfigError, _composed_base, key_problem, type_problem
 from agl_lab.loss import DIVISORS, PER_ROLLOUT_MEAN_LOSS_MODE
 
-__all__ = ["LOSS_AGG_MODES", "TRACE_LEVELS", "Finding", "diagnose", "raise_for_errors"]
+__all__ = ["LOSS_AGG_MODES", "Finding", "diagnose", "raise_for_errors"]
 
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-TRACE_LEVELS = ("transition", "trajectory")
 # Estimators whose advantages vary along a row: rollout-level advantage cannot broadcast them.
 TOKEN_LEVEL_ESTIMATORS = ("gae", "optimal_token_baseline", "tir_optimal_token_baseline")
 
