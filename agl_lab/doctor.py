@@ -13,6 +13,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from verl.trainer.ppo import core_algos
@@ -21,7 +22,7 @@ from agl_lab.aggregation import TRACE_LEVELS
 from agl_lab.config import ConfigError, _composed_base, key_problem, type_problem
 from agl_lab.loss import DIVISORS, PER_ROLLOUT_MEAN_LOSS_MODE
 
-__all__ = ["LOSS_AGG_MODES", "Finding", "diagnose", "raise_for_errors"]
+__all__ = ["LOSS_AGG_MODES", "SETTINGS", "Finding", "diagnose", "findings_frame", "raise_for_errors", "settings_frame"]
 
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 # Estimators whose advantages vary along a row: rollout-level advantage cannot broadcast them.
@@ -32,6 +33,16 @@ PAIR_ADV = "algorithm.enable_rollout_level_advantage"
 LOSS_MODE = "actor_rollout_ref.actor.policy_loss.loss_mode"
 CAP = "agentlightning.max_ppo_update_times"
 MINI = "actor_rollout_ref.actor.ppo_mini_batch_size"
+
+
+# The three per-rollout settings, with what each does; agl_lab's divisor rides along with the loss mode.
+SETTINGS = {
+    PAIR_ADV: "one advantage per rollout (estimator on each rollout's first row), broadcast to its rows",
+    LOSS_MODE: "per_rollout_mean: advantage / (rollout tokens x rows), clipped PPO summed over tokens",
+    CAP: "at most this many PPO mini-batch updates per step; surplus rows dropped (null: no cap)",
+    "lab.per_rollout_divisor": "rows = Agent Lightning v1.0 (total n_rollouts/n_rows); rollouts = Eq. 16 (total 1)",
+    ADV: "verl advantage estimator",
+}
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,26 @@ def diagnose(cfg: DictConfig) -> list[Finding]:
     findings += _batch_sizes(get)
     order = {"error": 0, "warning": 1, "note": 2}
     return sorted(findings, key=lambda f: order[f.level])
+
+
+def settings_frame(cfg: DictConfig) -> pd.DataFrame:
+    """The three settings (and the divisor, the estimator) as resolved in ``cfg``, beside Agent Lightning's defaults."""
+    defaults = _composed_base()
+    rows = [
+        {
+            "key": key,
+            "value": OmegaConf.select(cfg, key, default=None),
+            "default": OmegaConf.select(defaults, key, default=None),
+            "meaning": meaning,
+        }
+        for key, meaning in SETTINGS.items()
+    ]
+    return pd.DataFrame(rows)
+
+
+def findings_frame(findings: list[Finding]) -> pd.DataFrame:
+    """The doctor's findings as a table (level, key, message, fix)."""
+    return pd.DataFrame([vars(f) for f in findings], columns=["level", "key", "message", "fix"])
 
 
 def raise_for_errors(findings: list[Finding]) -> None:

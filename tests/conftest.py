@@ -1,4 +1,4 @@
-"""Shared test helpers: hand-built batches in Agent Lightning's row layout, and hypothesis strategies."""
+"""Shared test helpers: hand-built batches in Agent Lightning's row layout, hypothesis strategies, W&B runs."""
 
 from __future__ import annotations
 
@@ -64,3 +64,18 @@ def shuffled(batch, seed):
 @pytest.fixture
 def example():
     return agl_lab.example_rows()
+
+
+def log_offline_run(tmp_path, monkeypatch, *, steps=5, config=None, finish=True, name="exp"):
+    """Log a real offline W&B run under tmp_path (the reader tests read it back)."""
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = wandb.init(project="agl-lab-test", name=name, dir=str(tmp_path), config=config or {"lab": {"seed": 3}})
+    for step in range(steps):
+        run.log({"training/reward": step / 2, "lab/success_rate": step / 10, "text_is_skipped": "x"}, step=step)
+    run.summary["final_note"] = 7
+    if finish:
+        run.finish()
+    return run

@@ -2,7 +2,14 @@ from agl_lab.secrets import MASK, is_secret_key, redact
 
 
 def test_secret_names():
-    for key in ("agentlightning.agl_key", "trainer.wandb_api_key", "x.apiKey", "hf_token", "db.password", "client_secret"):
+    for key in (
+        "agentlightning.agl_key",
+        "trainer.wandb_api_key",
+        "x.apiKey",
+        "hf_token",
+        "db.password",
+        "client_secret",
+    ):
         assert is_secret_key(key), key
     for key in ("agentlightning.agl_base_url", "algorithm.kl_ctrl", "actor.max_token_len", "tokenizer_path"):
         assert not is_secret_key(key), key

@@ -1,0 +1,112 @@
+import re
+import types
+
+import pandas as pd
+import pytest
+import yaml
+from verl.utils.tracking import Tracking
+
+from agl_lab.history import (
+    COLUMNS,
+    missing_metrics,
+    read_history,
+    read_run_dir,
+    read_verl_jsonl,
+    read_wandb_csv,
+    read_wandb_online,
+    require_metrics,
+)
+from conftest import log_offline_run
+
+
+def values(table, metric, run=None):
+    rows = table[(table.metric == metric) & ((table.run == run) if run else True)].sort_values("step")
+    return rows["value"].tolist()
+
+
+def test_agl_lab_run_directory(tmp_path):
+    run = tmp_path / "20261130-demo"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({"trainer": {"experiment_name": "both_on"}, "lab": {"seed": 2}}))
+    (run / "metrics.jsonl").write_text('{"step": 1, "training/reward": 0.25}\n{"step": 2, "training/reward": 0.5}\n')
+    table = read_history(run)
+    assert list(table.columns) == COLUMNS
+    assert values(table, "training/reward") == [0.25, 0.5]
+    assert set(table.setting) == {"both_on"} and set(table.seed) == {2} and set(table.source) == {"agl_lab"}
+    with pytest.raises(ValueError, match=re.escape(f"{run / 'metrics.jsonl'}:1 is not JSON")):
+        (run / "metrics.jsonl").write_text("{oops\n")
+        read_run_dir(run)
+
+
+def test_offline_wandb_runs_skip_unfinished_ones(tmp_path, monkeypatch):
+    log_offline_run(tmp_path, monkeypatch, steps=3, config={"trainer": {"experiment_name": "cap2"}, "lab": {"seed": 4}})
+    table = read_history(tmp_path)
+    assert values(table, "training/reward") == [0.0, 0.5, 1.0]
+    assert set(table.setting) == {"cap2"} and set(table.seed) == {4} and set(table.source) == {"wandb-offline"}
+    assert "text_is_skipped" not in set(table.metric) and not any(m.startswith("_") for m in table.metric)
+
+
+def test_verl_file_backend_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "exp.jsonl"))
+    tracker = Tracking(project_name="p", experiment_name="exp", default_backend=["file"], config={"trainer": {}})
+    for step in range(1, 4):
+        tracker.log({"training/n_sample_trained": 6 * step, "actor/ppo_kl": 0.01}, step=step)
+    tracker.finish()
+    table = read_verl_jsonl(tmp_path / "exp.jsonl")
+    assert values(table, "training/n_sample_trained") == [6, 12, 18]
+    assert set(table.source) == {"verl-file"}
+
+
+def test_wandb_ui_csv_export(tmp_path):
+    csv = tmp_path / "export.csv"
+    pd.DataFrame(
+        {
+            "Step": [1, 2, 3],
+            "both_on - training/reward": [0.1, 0.2, 0.3],
+            "both_on - training/reward__MIN": [0.0, 0.1, 0.2],
+            "both_on - training/reward__MAX": [0.2, 0.3, 0.4],
+            "both_off - training/reward": [0.1, None, 0.05],
+        }
+    ).to_csv(csv, index=False)
+    table = read_wandb_csv(csv)
+    assert values(table, "training/reward", run="both_on") == [0.1, 0.2, 0.3]
+    assert values(table, "training/reward", run="both_off") == [0.1, 0.05]  # empty cells are not zeros
+    assert "training/reward__MIN" not in set(table.metric)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="has no Step column"):
+        read_wandb_csv(bad)
+
+
+def test_online_run_goes_through_the_api_object():
+    # No network here: an object with the public Api surface the reader uses (run, config, scan_history).
+    rows = [{"_step": 0, "training/reward": 0.0}, {"_step": 1, "training/reward": 1.0, "_runtime": 3.0}]
+    run = types.SimpleNamespace(id="abc", name="n", config={"lab": {"seed": 9}}, scan_history=lambda: iter(rows))
+    api = types.SimpleNamespace(run=lambda path: run if path == "team/proj/abc" else None)
+    table = read_wandb_online("team/proj/abc", api=api)
+    assert values(table, "training/reward") == [0.0, 1.0] and set(table.seed) == {9}
+
+
+def test_missing_metrics_are_named_per_run(tmp_path):
+    table = pd.concat(
+        [
+            pd.DataFrame({"run": "a", "metric": ["training/reward", "lab/success_rate"], "value": 1.0}),
+            pd.DataFrame({"run": "b", "metric": ["training/reward"], "value": 1.0}),
+        ]
+    )
+    assert missing_metrics(table, ["training/reward", "lab/success_rate"]) == {"b": ["lab/success_rate"]}
+    with pytest.raises(ValueError, match=re.escape("runs without the expected metrics:\n  b: lab/success_rate")):
+        require_metrics(table, ["training/reward", "lab/success_rate"])
+
+
+def test_bad_paths(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such run, W&B directory or export"):
+        read_history(tmp_path / "missing")
+    with pytest.raises(ValueError, match="is neither an agl_lab run directory"):
+        read_history(tmp_path)
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(ValueError, match="unknown kind of file"):
+        read_history(tmp_path / "notes.txt")
+    (tmp_path / "other.jsonl").write_text('{"hello": 1}\n')
+    with pytest.raises(ValueError, match="is not verl file-backend output"):
+        read_verl_jsonl(tmp_path / "other.jsonl")
