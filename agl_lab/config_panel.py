@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ipywidgets as widgets
@@ -32,9 +32,10 @@ _LEVEL_COLOURS = {"error": "#b00020", "warning": "#b26a00", "note": "#555555"}
 class ConfigPanel:
     """The form (``.widget``) and what it composes to (``.cfg``, ``.findings``, ``.dotlist()``)."""
 
-    def __init__(self, base_overrides: Mapping[str, Any] | None = None):
+    def __init__(self, base_overrides: Mapping[str, Any] | None = None, base_dotlist: Sequence[str] = ()):
         self.base_overrides = dict(base_overrides or {})
-        start = compose_config(overrides=self.base_overrides)
+        self.base_dotlist = list(base_dotlist)
+        start = compose_config(overrides=self.base_overrides, dotlist=self.base_dotlist)
         loss_modes = [(f"{PER_ROLLOUT_MEAN_LOSS_MODE} · rows divisor (v1.0)", (PER_ROLLOUT_MEAN_LOSS_MODE, "rows"))]
         loss_modes.append(
             (f"{PER_ROLLOUT_MEAN_LOSS_MODE} · rollouts divisor (Eq. 16)", (PER_ROLLOUT_MEAN_LOSS_MODE, "rollouts"))
@@ -83,9 +84,10 @@ class ConfigPanel:
         self.refresh()
 
     def dotlist(self) -> list[str]:
-        """The form's settings as Hydra overrides, then the extra items as typed."""
+        """The base dotlist, the form's settings as Hydra overrides, then the extra items as typed."""
         mode, divisor = self.loss_mode.value
         items = [
+            *self.base_dotlist,
             f"{PAIR_ADV}={str(self.rollout_level.value).lower()}",
             f"{LOSS_MODE}={mode}",
             f"{CAP}={'null' if self.cap.value == 'none' else self.cap.value}",

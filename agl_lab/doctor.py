@@ -71,13 +71,20 @@ def diagnose(cfg: DictConfig) -> list[Finding]:
 
 
 def settings_frame(cfg: DictConfig) -> pd.DataFrame:
-    """The three settings (and the divisor, the estimator) as resolved in ``cfg``, beside Agent Lightning's defaults."""
+    """The three settings (and the divisor, the estimator) as resolved in ``cfg``, beside Agent Lightning's defaults.
+
+    Values read as in YAML: an unset cap shows as ``null``.
+    """
     defaults = _composed_base()
+
+    def show(value: Any) -> Any:
+        return "null" if value is None else value
+
     rows = [
         {
             "key": key,
-            "value": OmegaConf.select(cfg, key, default=None),
-            "default": OmegaConf.select(defaults, key, default=None),
+            "value": show(OmegaConf.select(cfg, key, default=None)),
+            "default": show(OmegaConf.select(defaults, key, default=None)),
             "meaning": meaning,
         }
         for key, meaning in SETTINGS.items()

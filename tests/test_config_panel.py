@@ -38,3 +38,11 @@ def test_estimator_choice_reaches_the_doctor():
     panel = ConfigPanel(EXAMPLE_OVERRIDES)
     panel.estimator.value = "gae"
     assert any(f.level == "error" and "gae gives per-token advantages" in f.message for f in panel.findings)
+
+
+def test_base_dotlist_is_the_starting_point():
+    panel = ConfigPanel(EXAMPLE_OVERRIDES, ["agentlightning.max_ppo_update_times=3"])
+    assert panel.cap.value == "3" and panel.cfg.agentlightning.max_ppo_update_times == 3
+    panel.cap.value = "none"
+    assert panel.cfg.agentlightning.max_ppo_update_times is None
+    assert ">null<" in panel.view.value
