@@ -47,8 +47,10 @@ class ConfigPanel:
         layout = widgets.Layout(width="480px")
         self.rollout_level = widgets.Checkbox(
             value=bool(start.algorithm.enable_rollout_level_advantage),
-            description="rollout-level advantage",
+            description="enable_rollout_level_advantage",
+            indent=True,
             style=style,
+            layout=layout,  # wide enough that JupyterLab does not cut the label
         )
         self.loss_mode = widgets.Dropdown(options=loss_modes, description="loss mode", style=style, layout=layout)
         self.loss_mode.value = next(

