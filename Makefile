@@ -21,7 +21,12 @@ $(BIN)/.installed: pyproject.toml
 check: $(BIN)/.installed
 	$(BIN)/agl-lab check
 
-test: $(BIN)/.installed
+# The browser tests drive Debian's Chromium (Playwright's own browser download does not work here).
+/usr/bin/chromium:
+	if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
+	else sudo apt-get update -qq && sudo apt-get install -y -qq chromium; fi
+
+test: $(BIN)/.installed /usr/bin/chromium
 	$(BIN)/python -m pytest
 
 bench: $(BIN)/.installed
