@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu to fetch the CPU build instead of the CUDA one.
 TORCH_INDEX ?=
 
-.PHONY: check test bench
+.PHONY: check demo test bench
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ $(BIN)/.installed: pyproject.toml
 
 check: $(BIN)/.installed
 	$(BIN)/agl-lab check
+
+# Three short training runs on the CPU (settings on / off / on with a cap of 2), side by side: figures, a summary
+# table and each run's directory under runs/demo-<time>/ (a few minutes on 2 cores).
+demo: $(BIN)/.installed
+	$(BIN)/agl-lab demo
 
 # The browser tests drive Debian's Chromium (Playwright's own browser download does not work here).
 /usr/bin/chromium:

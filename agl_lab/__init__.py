@@ -34,6 +34,7 @@ with warnings.catch_warnings():
     )
     from agl_lab.pipeline import compute_advantages, prepare_batch, select_rows
     from agl_lab.rows import build_rows, example_rows, rows_frame
+    from agl_lab.trainer import TrainResult, short_run_config, train
     from agl_lab.update_cap import EmptyBatchWarning, apply_update_cap, drop_marked_rows
 
 register_in_worker()
@@ -43,6 +44,7 @@ __version__ = "0.1.0"
 __all__ = [
     "PER_ROLLOUT_MEAN_LOSS_MODE",
     "ConfigError",
+    "TrainResult",
     "EmptyBatchWarning",
     "Finding",
     "LabConfig",
@@ -61,4 +63,6 @@ __all__ = [
     "register_in_worker",
     "rows_frame",
     "select_rows",
+    "short_run_config",
+    "train",
 ]

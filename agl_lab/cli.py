@@ -3,6 +3,10 @@
 ``agl-lab check [key.path=value ...]`` composes the config like Agent Lightning's training scripts, prints
 the three per-rollout settings as resolved, the doctor's findings, and runs trainer steps 1–5 on a small
 built-in batch (rollouts of 1–3 rows), printing each row's advantage mass and every metric.
+
+``agl-lab train [key.path=value ...]`` runs a short training run (``agl_lab.short_run_config`` + the dotlist)
+and prints its run directory as the last line. ``agl-lab demo [--out DIR] [key.path=value ...]`` trains the
+settings that matter side by side and writes figures and a summary table (``agl_lab.demo``).
 """
 
 from __future__ import annotations
@@ -32,12 +36,83 @@ def main(argv: list[str] | None = None) -> int:
     check = commands.add_parser("check", help="resolve the three settings, run the doctor and the example batch")
     check.add_argument("dotlist", nargs="*", help="Hydra overrides, e.g. agentlightning.max_ppo_update_times=2")
     check.add_argument("--show-config", action="store_true", help="print the whole composed config as YAML")
+    train = commands.add_parser("train", help="a short training run; prints its run directory last")
+    train.add_argument("dotlist", nargs="*", help="Hydra overrides, e.g. lab.seed=1 trainer.total_training_steps=20")
+    train.add_argument("--show-config", action="store_true", help="print the resolved config (secrets as ***)")
+    demo = commands.add_parser("demo", help="train the settings that matter side by side; write figures and a table")
+    demo.add_argument("dotlist", nargs="*", help="Hydra overrides for every run, e.g. lab.seed=1")
+    demo.add_argument("--out", default=None, help="output folder (default: a fresh runs/demo-<time>/)")
     args = parser.parse_args(argv)
     try:
+        if args.command == "train":
+            return _train(args.dotlist, show_config=args.show_config)
+        if args.command == "demo":
+            return _demo(args.dotlist, out=args.out)
         return _check(args.dotlist, show_config=args.show_config)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+
+
+def _train(dotlist: list[str], *, show_config: bool) -> int:
+    from agl_lab.demo import success_first_last
+    from agl_lab.runs import resolved_config_yaml
+    from agl_lab.trainer import short_run_config, train
+
+    cfg = short_run_config(dotlist=dotlist)
+    if show_config:
+        print(resolved_config_yaml(cfg))
+    if not _print_settings_and_findings(cfg):
+        return 1
+    result = train(cfg)
+    history = result.history
+    if len(history):
+        first, last = success_first_last(history)
+        print(
+            f"{len(history)} steps{' (stopped early)' if result.stopped else ''}; success rate "
+            f"{first:.2f} over the first 20% of steps -> {last:.2f} over the last"
+        )
+    if result.wandb_run:
+        print(f"W&B run: {result.wandb_run}")
+    print(result.run_dir)
+    return 130 if result.stopped else 0
+
+
+def _demo(dotlist: list[str], *, out: str | None) -> int:
+    from agl_lab.demo import DEMO_SETTINGS, run_demo
+
+    print("Settings, one short run each:")
+    for name, items in DEMO_SETTINGS.items():
+        print(f"  {name:<14} {' '.join(items)}")
+    result = run_demo(out_dir=out, dotlist=dotlist)
+    columns = [
+        "setting",
+        "success_first_20pct",
+        "success_last_20pct",
+        "rows_per_rollout",
+        "rows_trained_per_step",
+        "dropped_same_reward",
+        "dropped_random",
+        "updates_per_step",
+        "wall_s",
+    ]
+    print("\n" + result.summary[columns].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    print("\nWritten:")
+    for path in result.files:
+        print(f"  {path}")
+    print(result.out_dir)
+    return 130 if any(run.stopped for run in result.runs.values()) else 0
+
+
+def _print_settings_and_findings(cfg) -> bool:
+    """The three settings and the doctor's findings; False when the doctor found an error."""
+    print("The three per-rollout settings, as resolved:")
+    for key in (*SETTINGS, "lab.per_rollout_divisor", "agentlightning.trace_aggregator.level"):
+        print(f"  {key:<48} {_show(cfg, key)}")
+    findings = diagnose(cfg)
+    for finding in findings:
+        print(f"  {finding}")
+    return not any(f.level == "error" for f in findings)
 
 
 def _check(dotlist: list[str], *, show_config: bool) -> int:

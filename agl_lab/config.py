@@ -43,6 +43,33 @@ class LabConfig:
     # n_rollouts/n_rows); "rollouts" = the technical report's Eq. 16 (rollout tokens × rollouts, total 1).
     per_rollout_divisor: str = "rows"
 
+    # --- short training runs (agl_lab.train, `agl-lab train`, notebooks/03_short_training_runs.ipynb) ---
+    # Agent task the policy plays: "lock" = a combination-lock game whose failing rollouts take the most turns
+    # (agl_lab.tasks). Source: agl_lab (Agent Lightning trains on your own agent instead).
+    task: str = "lock"
+    # Dataset items of the task (locks, each with its own code to learn): more items take longer to learn.
+    task_size: int = 8
+    # LLM calls one episode may make; a failing rollout makes all of them and so becomes the most rows.
+    max_turns: int = 4
+    # Chance that the environment rewrites the context after a wrong guess instead of appending to it: the next
+    # prompt then does not continue the previous one, so the trajectory-level aggregator starts a new row.
+    rewrite_prob: float = 0.3
+    # A local Hugging Face model folder for the policy (e.g. a finished run's policy/). null = the tiny default,
+    # unless actor_rollout_ref.model.path is a local folder. Nothing is ever downloaded.
+    model_path: str | None = None
+    # The tiny default policy: LlamaForCausalLM layers and hidden width (heads = width / 16), weights from seed.
+    model_layers: int = 2
+    model_hidden: int = 64
+    # Where the policy runs: auto = CUDA when torch sees a GPU, else CPU; or cpu, cuda, cuda:N.
+    device: str = "auto"
+    # The run directory (config.yaml, metrics.jsonl, timings.jsonl, policy/, wandb/). null = a fresh
+    # runs/<time>-<trainer.experiment_name>-s<seed> under the working directory.
+    run_dir: str | None = None
+    # torch CPU threads while a run trains (restored after); 0 = leave torch's setting. 1 suits the tiny policy: its
+    # ops are too small to split, and extra threads spin-wait when the cores are busy (measured on 2 shared cores:
+    # a default run took 8 s with 1 thread, 100 s with 2).
+    cpu_threads: int = 1
+
 
 @functools.lru_cache(maxsize=1)
 def _composed_base() -> DictConfig:

@@ -21,6 +21,7 @@ from verl.trainer.ppo import core_algos
 from agl_lab.aggregation import TRACE_LEVELS
 from agl_lab.config import ConfigError, _composed_base, key_problem, type_problem
 from agl_lab.loss import DIVISORS, PER_ROLLOUT_MEAN_LOSS_MODE
+from agl_lab.tasks import TASKS
 
 __all__ = ["LOSS_AGG_MODES", "SETTINGS", "Finding", "diagnose", "findings_frame", "raise_for_errors", "settings_frame"]
 
@@ -134,6 +135,7 @@ def _enums(get) -> list[Finding]:
         "actor_rollout_ref.actor.loss_agg_mode": list(LOSS_AGG_MODES),
         "agentlightning.trace_aggregator.level": list(TRACE_LEVELS),
         "lab.per_rollout_divisor": list(DIVISORS),
+        "lab.task": list(TASKS),
     }
     findings = []
     for key, allowed in choices.items():

@@ -29,7 +29,7 @@ from agl_lab.loss import PER_ROLLOUT_MEAN_LOSS_MODE, normalize_advantages_by_rol
 from agl_lab.rows import group_rows, non_tensor_ids
 from agl_lab.update_cap import apply_update_cap, drop_marked_rows
 
-__all__ = ["compute_advantages", "mini_batch_rows", "prepare_batch", "select_rows"]
+__all__ = ["advantage_kwargs", "compute_advantages", "mini_batch_rows", "prepare_batch", "select_rows"]
 
 
 def mini_batch_rows(cfg: DictConfig) -> int:
@@ -91,14 +91,7 @@ def compute_advantages(
             raise ValueError("batch lacks token_level_scores: the rows need the rollout's reward on their last token")
         batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
 
-    adv_kwargs = {
-        "adv_estimator": algorithm.adv_estimator,
-        "gamma": algorithm.gamma,
-        "lam": algorithm.lam,
-        "num_repeat": cfg.actor_rollout_ref.rollout.n,
-        "norm_adv_by_std_in_grpo": algorithm.get("norm_adv_by_std_in_grpo", True),
-        "config": algorithm,
-    }
+    adv_kwargs = advantage_kwargs(cfg)
     if algorithm.get("enable_rollout_level_advantage", False):
         batch, rollout_metrics = compute_rollout_level_advantage(batch, **adv_kwargs)
         metrics.update(rollout_metrics)
@@ -120,6 +113,19 @@ def compute_advantages(
             divisor=cfg.lab.per_rollout_divisor,
         )
     return batch, metrics
+
+
+def advantage_kwargs(cfg: DictConfig) -> dict[str, Any]:
+    """The estimator's arguments from the config, for verl's ``compute_advantage`` and the rollout-level path alike."""
+    algorithm = cfg.algorithm
+    return {
+        "adv_estimator": algorithm.adv_estimator,
+        "gamma": algorithm.gamma,
+        "lam": algorithm.lam,
+        "num_repeat": cfg.actor_rollout_ref.rollout.n,
+        "norm_adv_by_std_in_grpo": algorithm.get("norm_adv_by_std_in_grpo", True),
+        "config": algorithm,
+    }
 
 
 def prepare_batch(rows: DataProto, cfg: DictConfig, *, seed: int | None = None) -> tuple[DataProto, dict[str, Any]]:

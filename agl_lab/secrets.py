@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MASK", "is_secret_key", "redact"]
+__all__ = ["MASK", "is_secret_key", "redact", "redact_argv"]
 
 MASK = "***"
 _SECRET_NAME = re.compile(r"(^agl_key$|api_?key|password|secret|(^|_)token$)", re.IGNORECASE)
@@ -31,3 +31,17 @@ def redact(value: Any, path: str = "") -> Any:
     if path and is_secret_key(path) and value not in (None, ""):
         return MASK
     return value
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """Command-line arguments with secret values masked: ``agentlightning.agl_key=x`` (a Hydra dotlist item, also
+    with ``+``/``++``/``~``) and ``--agl-key x`` / ``--agl-key=x``. Trackers record a run's command line."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and is_secret_key(out[-1][2:].replace("-", "_")):
+            out.append(MASK)
+            continue
+        key, sep, value = arg.partition("=")
+        name = key.lstrip("+~-").replace("-", "_") if key.startswith("--") else key.lstrip("+~")
+        out.append(f"{key}={MASK}" if sep and value and is_secret_key(name) else arg)
+    return out

@@ -79,3 +79,17 @@ def log_offline_run(tmp_path, monkeypatch, *, steps=5, config=None, finish=True,
     if finish:
         run.finish()
     return run
+
+
+# Short training runs in the tests: 2 locks x 4 rollouts per step, PPO mini-batches of 1 prompt = 4 rows in
+# micro-batches of 2 rows, a 1-layer policy of width 32, 2 steps. A run takes about a second.
+TINY_RUN = (
+    "data.train_batch_size=2",
+    "actor_rollout_ref.rollout.n=4",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    "lab.model_hidden=32",
+    "lab.model_layers=1",
+    "lab.task_size=4",
+    "trainer.total_training_steps=2",
+)

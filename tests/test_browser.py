@@ -138,8 +138,50 @@ def check_config_form(page: Page) -> None:
     page.locator(f"{PANEL} .jp-OutputArea .widget-checkbox").first.scroll_into_view_if_needed()
 
 
+def check_weighting_panel(page: Page) -> None:
+    """Choosing another loss mode in the live panel redraws its weighting plot (the image changes in place)."""
+    image = page.locator(f"{PANEL} .jp-OutputArea img.widget-image").first
+    image.scroll_into_view_if_needed()
+    before = image.get_attribute("src")
+    mode = page.locator(f"{PANEL} .jp-OutputArea .widget-dropdown select").filter(
+        has=page.locator("option", has_text="verl seq-mean-token-mean")
+    )
+    mode.first.select_option(label="verl seq-mean-token-mean")
+    page.wait_for_function(
+        "([el, before]) => el.getAttribute('src') !== before",
+        arg=[image.element_handle(), before],
+        timeout=30_000,
+    )
+    wait_idle(page)  # the mass figure redraws after the weights: leave no work behind for the next notebook
+
+
+def check_training_panel(page: Page) -> None:
+    """Run in the live panel makes the curve grow step by step, and Stop ends the run early and cleanly."""
+    steps = page.locator(f"{PANEL} .jp-OutputArea .widget-inline-hbox").filter(has_text="steps").locator("input").first
+    steps.scroll_into_view_if_needed()
+    steps.fill("200")
+    steps.press("Enter")
+    status = page.locator(f"{PANEL} .jp-OutputArea .widget-html-content").filter(has_text="step")
+    page.locator(f"{PANEL} .jp-OutputArea button").filter(has_text="Run").first.click()
+    # the status line counts finished steps; it must move while the cell's kernel stays responsive
+    page.wait_for_function(
+        """() => [...document.querySelectorAll('.widget-html-content')]
+            .some(e => /Step ([2-9]|[1-9][0-9]) of/.test(e.innerText))""",
+        timeout=180_000,
+    )
+    page.locator(f"{PANEL} .jp-OutputArea button").filter(has_text="Stop").first.click()
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.widget-html-content')].some(e => /stopped/i.test(e.innerText))",
+        timeout=120_000,
+    )
+    assert status.count() > 0
+    wait_idle(page)
+
+
 INTERACTIONS = {
+    "01_per_rollout_weighting": check_weighting_panel,
     "02_config_check": check_config_form,
+    "03_short_training_runs": check_training_panel,
 }
 
 
@@ -147,7 +189,8 @@ INTERACTIONS = {
 
 
 def open_notebook(page: Page, lab: dict, name: str) -> None:
-    page.goto(f"{lab['url']}/lab/tree/{name}?token={lab['token']}")
+    # reset: start from an empty workspace, not with the previous test's notebook restored (and made current)
+    page.goto(f"{lab['url']}/lab/tree/{name}?reset&token={lab['token']}")
     # Wait for the kernel to be ready (or for a kernel dialog to answer): run-all sent earlier is lost.
     page.wait_for_function(
         """() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
@@ -165,10 +208,20 @@ def run_all(page: Page, timeout_s: float = 600) -> None:
     page.wait_for_function(
         """() => { const w = window.jupyterapp.shell.currentWidget;
             const cells = w.content.widgets.filter(c => c.model.type === 'code');
-            const k = w.sessionContext.session.kernel;
-            return k.status === 'idle' && cells.every(c => c.model.executionCount !== null); }""",
+            const s = w.sessionContext.session;  // null for a moment while a restored session reconnects
+            const idle = s && s.kernel && s.kernel.status === 'idle';
+            return idle && cells.every(c => c.model.executionCount !== null); }""",
         timeout=timeout_s * 1000,
         polling=500,
+    )
+
+
+def wait_idle(page: Page, timeout_s: float = 60) -> None:
+    page.wait_for_function(
+        """() => { const s = window.jupyterapp.shell.currentWidget.sessionContext.session;
+            return s && s.kernel && s.kernel.status === 'idle'; }""",
+        timeout=timeout_s * 1000,
+        polling=250,
     )
 
 

@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import TINY_RUN
+
 AGL_LAB = str(Path(sys.executable).parent / "agl-lab")
 
 
@@ -43,3 +45,32 @@ def test_doctor_errors_exit_1_before_running_the_example():
     assert result.returncode == 1
     assert "REMAX baseline not yet supported in AgentLightningRayPPOTrainer" in result.stdout
     assert "Metrics:" not in result.stdout
+
+
+# Short runs through the real entry point, with conftest.TINY_RUN's sizes.
+
+
+def test_train_prints_the_run_directory_last_and_masks_secrets(tmp_path):
+    secret = "sk-cli-secret-0815"
+    run_dir = tmp_path / "run"
+    result = run("train", *TINY_RUN, f"lab.run_dir={run_dir}", f"agentlightning.agl_key={secret}", "--show-config")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == str(run_dir)
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 2
+    assert "agl_key: '***'" in result.stdout and "per_rollout_mean" in result.stdout
+    assert secret not in result.stdout + result.stderr
+    assert "2 steps; success rate" in result.stdout
+
+
+def test_demo_writes_figures_and_a_summary_table_and_prints_its_folder_last(tmp_path):
+    out = tmp_path / "demo"
+    result = run("demo", "--out", str(out), *TINY_RUN, entry=(sys.executable, "-m", "agl_lab"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == str(out.resolve())
+    for name in ("success.png", "rows_vs_rollouts.png", "drops.png", "summary.csv", "summary.md"):
+        assert (out / name).stat().st_size > 0, name
+    summary = (out / "summary.csv").read_text().splitlines()
+    assert summary[0].startswith("setting,rollout_level_advantage,loss_mode,max_ppo_update_times")
+    assert [line.split(",")[0] for line in summary[1:]] == ["both_on", "both_off", "both_on_cap2"]
+    assert (out / "summary.md").read_text().startswith("| setting |")
+    assert all((out / "runs" / name / "metrics.jsonl").exists() for name in ("both_on", "both_off", "both_on_cap2"))

@@ -38,8 +38,21 @@ def test_defaults_are_verl_ppo_trainer_plus_agent_lightning():
     assert cfg.actor_rollout_ref.actor.clip_ratio_c == 3.0
     assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 256
     assert cfg.algorithm.adv_estimator == "gae"
-    # agl_lab's own section
-    assert OmegaConf.to_container(cfg.lab) == {"seed": 0, "per_rollout_divisor": "rows"}
+    # agl_lab's own section (the short-run fields: agl_lab.LabConfig and the trainer)
+    assert OmegaConf.to_container(cfg.lab) == {
+        "seed": 0,
+        "per_rollout_divisor": "rows",
+        "task": "lock",
+        "task_size": 8,
+        "max_turns": 4,
+        "rewrite_prob": 0.3,
+        "model_path": None,
+        "model_layers": 2,
+        "model_hidden": 64,
+        "device": "auto",
+        "run_dir": None,
+        "cpu_threads": 1,
+    }
     OmegaConf.to_container(cfg, resolve=True)  # resolvable
 
 

@@ -1,0 +1,540 @@
+"""Figures of the lab: one function per figure; each takes data (a DataFrame) and an optional Axes, returns the Figure.
+
+Without ``ax`` a new :class:`matplotlib.figure.Figure` is made directly, not through pyplot: nothing is left
+open in pyplot's registry (so the inline backend shows it once, when it is a cell's result) and the widget
+panel can redraw the same figure on every change; its figures also have an ``update_*`` twin that moves what is
+drawn to new data in place, at half the cost of drawing anew. Frames come from :mod:`agl_lab.weighting`
+(``Weighting.rollouts``, ``Weighting.rows``), :func:`agl_lab.rows.rows_frame` and metric histories with Agent
+Lightning's metric names. Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.collections import LineCollection
+from matplotlib.container import BarContainer
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from agl_lab.weighting import MODE_LABELS
+
+__all__ = [
+    "aggregated_counts",
+    "cap_drops",
+    "compare_runs",
+    "highlight_mode",
+    "mass_vs_rows",
+    "n_rows_vs_n_rollouts",
+    "rollout_weight_by_mode",
+    "rows_per_rollout_histogram",
+    "step_rows",
+    "success_curve",
+    "training_overview",
+    "update_cap_drops",
+    "update_mass_vs_rows",
+    "update_rollout_weight_by_mode",
+]
+
+N_ROWS = "training/rollout_level_advantage/n_rows"
+N_ROLLOUTS = "training/rollout_level_advantage/n_rollouts"
+FATE_STYLE = {  # fate → (legend label, colour)
+    "kept": ("kept", "tab:blue"),
+    "dropped/same_reward": ("dropped: same-reward group", "tab:orange"),
+    "dropped/random": ("dropped: random", "tab:red"),
+    "dropped/marked": ("dropped: marked (prompt too long)", "tab:gray"),
+}
+_GROUP_COLOURS = ("tab:green", "tab:red")  # higher reward, lower reward
+_MAX_CLASS = 6  # rollouts with this many rows or more share one bar ("6+")
+
+
+def rollout_weight_by_mode(
+    rollouts: pd.DataFrame,
+    *,
+    modes: Sequence[str] | None = None,
+    highlight: str | None = None,
+    ax: Axes | None = None,
+) -> Figure:
+    """Mean weight of a rollout, relative to an equal share, by loss mode and by the rows it was split into.
+
+    ``rollouts``: ``Weighting.rollouts``. A bar at 1 means rollouts with that many rows weigh what every rollout
+    would under equal weighting; whiskers span the 10th to 90th percentile of rollouts. Above each mode: the
+    batch's total loss scale (Σ weights, the loss's coefficient for a unit advantage). ``highlight`` shades one mode.
+    Weights do not depend on the advantage, so rollout-level advantage on and off give the same figure.
+    """
+    fig, ax = _figure(ax, (11, 4.6))
+    modes, per_class, labels, totals, n_rollouts = _weight_stats(rollouts, modes)
+    width = 0.8 / max(len(per_class), 1)
+    for colour, (cls, (heights, _, _)) in zip(_class_colours(len(per_class)), per_class.items(), strict=True):
+        ax.bar(
+            _class_x(list(per_class).index(cls), len(per_class), len(modes)),
+            heights,
+            width,
+            color=colour,
+            label=labels[cls],
+        )
+    ax.add_collection(LineCollection(_whiskers(per_class, len(modes)), colors="0.35", lw=1, gid="weights-whiskers"))
+    ax.axhline(1.0, color="black", lw=1, ls="--", label="equal share")
+    ax.plot([], [], " ", label="Σ = batch total\nloss scale")
+    ax.plot([], [], " ", label="whiskers: 10–90%\nof rollouts")
+    top = _weights_top(per_class)
+    for i, total in enumerate(totals):
+        ax.text(i, top, f"Σ = {_short(total)}", ha="center", va="bottom", fontsize=9, gid="weights-total")
+    highlight_mode(ax, highlight, modes=modes)
+    ax.set_xlim(-0.6, len(modes) - 0.4)
+    ax.set_ylim(0, top * 1.08)
+    ax.set_xticks(np.arange(len(modes)), [MODE_LABELS.get(m, m) for m in modes], fontsize=9)
+    ax.set_ylabel("rollout weight ÷ equal share")
+    ax.set_xlabel("loss mode: verl's loss_agg_mode, or per_rollout_mean with its divisor", fontsize=9)
+    if not n_rollouts:
+        _empty_note(ax, "no row left after the drops: the trainer skips this step")
+    ax.set_title(_weights_title(n_rollouts))
+    ax.legend(title="rows per rollout", fontsize=8, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def update_rollout_weight_by_mode(
+    ax: Axes, rollouts: pd.DataFrame, *, modes: Sequence[str], highlight: str | None = None
+) -> bool:
+    """Redraw a :func:`rollout_weight_by_mode` axes for another analysis in place: bars, whiskers, Σ, title.
+
+    Returns False (changing nothing) unless ``ax`` shows the same modes and rows-per-rollout classes.
+    """
+    modes, per_class, labels, totals, n_rollouts = _weight_stats(rollouts, modes)
+    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+    texts = [t for t in ax.texts if t.get_gid() == "weights-total"]
+    whiskers = next((c for c in ax.collections if c.get_gid() == "weights-whiskers"), None)
+    same = [c.get_label() for c in bars] == [labels[c] for c in per_class] and len(texts) == len(modes)
+    if not n_rollouts or whiskers is None or not same or any(len(c.patches) != len(modes) for c in bars):
+        return False
+    for container, (heights, _, _) in zip(bars, per_class.values(), strict=True):
+        for patch, height in zip(container.patches, heights, strict=True):
+            patch.set_height(height)
+    whiskers.set_segments(_whiskers(per_class, len(modes)))
+    top = _weights_top(per_class)
+    for text, total in zip(texts, totals, strict=True):
+        text.set_text(f"Σ = {_short(total)}")
+        text.set_y(top)
+    highlight_mode(ax, highlight, modes=modes)
+    ax.set_ylim(0, top * 1.08)
+    ax.set_title(_weights_title(n_rollouts))
+    return True
+
+
+def highlight_mode(ax: Axes, mode: str | None, *, modes: Sequence[str]) -> None:
+    """Shade ``mode``'s group in a :func:`rollout_weight_by_mode` axes (moves the shading if there is one)."""
+    span = next((a for a in ax.patches if a.get_gid() == "highlight"), None)
+    if span is None:
+        span = ax.axvspan(-0.45, 0.45, color="gold", alpha=0.18, zorder=0, gid="highlight")
+    span.set_visible(mode in modes)
+    if mode in modes:
+        span.set_x(modes.index(mode) - 0.45)
+
+
+def rows_per_rollout_histogram(rows: pd.DataFrame, *, ax: Axes | None = None) -> Figure:
+    """How many rows trace aggregation made of each rollout, stacked by reward (higher vs lower half).
+
+    ``rows``: one line per row with ``rollout_id``, ``reward`` and ``rows_in_rollout`` (``Weighting.rows`` or
+    :func:`agl_lab.rows.rows_frame`).
+    """
+    fig, ax = _figure(ax, (6, 4))
+    per_rollout = rows.drop_duplicates("rollout_id")
+    sizes = per_rollout["rows_in_rollout"].to_numpy()
+    groups, names = _reward_groups(per_rollout["reward"].to_numpy())
+    edges = np.arange(1, sizes.max(initial=1) + 2) - 0.5
+    stacked = [sizes[groups == g] for g in range(len(names))]
+    labels = [
+        f"{name}: {len(s)} rollouts" + (f", {s.mean():.2f} rows each" if len(s) else "")
+        for name, s in zip(names, stacked, strict=True)
+    ]
+    ax.hist(stacked, bins=edges, stacked=True, color=_GROUP_COLOURS[: len(names)], label=labels, rwidth=0.85)
+    ax.set_xticks(np.arange(1, sizes.max(initial=1) + 1))
+    ax.set_xlabel("rows per rollout")
+    ax.set_ylabel("rollouts")
+    ax.set_title(
+        f"Rows per rollout after trace aggregation\n({len(rows)} rows, {len(per_rollout)} rollouts)", fontsize=11
+    )
+    ax.legend(fontsize=8, loc="upper right")
+    return fig
+
+
+def mass_vs_rows(
+    rollouts: pd.DataFrame, *, mode: str, rollout_level: bool = True, ax: Axes | None = None, seed: int = 0
+) -> Figure:
+    """Each rollout's signed policy-gradient mass (Σ weight × advantage) against the rows it kept, for one setting.
+
+    ``rollouts``: ``Weighting.rollouts``. Points are jittered sideways; short black bars mark each column's mean.
+    """
+    fig, ax = _figure(ax, (6, 4))
+    frame, groups, names = _mass_frame(rollouts, mode, rollout_level)
+    x = frame["rows_kept"].to_numpy()
+    jitter = np.random.default_rng(seed).uniform(-0.18, 0.18, len(frame))
+    for g, name in enumerate(names):
+        pick = groups == g
+        mass = frame["mass"].to_numpy()[pick]
+        ax.scatter(
+            x[pick] + jitter[pick],
+            mass,
+            s=12,
+            alpha=0.6,
+            color=_GROUP_COLOURS[g],
+            label=name,
+            linewidths=0,
+            gid=f"mass-points-{g}",
+        )
+        ax.add_collection(LineCollection(_mean_segments(x[pick], mass), colors="black", lw=1.5, gid=f"mass-means-{g}"))
+    ax.axhline(0.0, color="0.5", lw=0.8)
+    ax.set_xlim(0.4, x.max(initial=1) + 0.6)
+    ax.set_ylim(*_mass_limits(frame["mass"].to_numpy()))
+    ax.set_xticks(np.arange(1, x.max(initial=1) + 1))
+    ax.set_xlabel("rows per rollout (kept)")
+    ax.set_ylabel("mass = Σ weight × advantage")
+    ax.set_title(_mass_title(mode, rollout_level), fontsize=11)
+    if len(frame):
+        ax.legend(fontsize=8, loc="best")
+    else:
+        _empty_note(ax, "no rollout trained")
+    return fig
+
+
+def update_mass_vs_rows(ax: Axes, rollouts: pd.DataFrame, *, mode: str, rollout_level: bool, seed: int = 0) -> bool:
+    """Redraw a :func:`mass_vs_rows` axes for another setting or selection in place: points, means, limits, title.
+
+    Far cheaper than drawing anew. Returns False (changing nothing) unless ``ax`` shows the same reward groups.
+    """
+    frame, groups, names = _mass_frame(rollouts, mode, rollout_level)
+    artists = {a.get_gid(): a for a in ax.collections if a.get_gid()}
+    legend = ax.get_legend()
+    points = [artists.get(f"mass-points-{g}") for g in range(len(names))]
+    if not len(frame) or None in points or legend is None or [t.get_text() for t in legend.get_texts()] != names:
+        return False
+    x, mass = frame["rows_kept"].to_numpy(), frame["mass"].to_numpy()
+    jitter = np.random.default_rng(seed).uniform(-0.18, 0.18, len(frame))
+    for g, collection in enumerate(points):
+        pick = groups == g
+        collection.set_offsets(np.column_stack([x[pick] + jitter[pick], mass[pick]]))
+        artists[f"mass-means-{g}"].set_segments(_mean_segments(x[pick], mass[pick]))
+    ax.set_xlim(0.4, x.max(initial=1) + 0.6)
+    ax.set_xticks(np.arange(1, x.max(initial=1) + 1))
+    ax.set_ylim(*_mass_limits(mass))
+    ax.set_title(_mass_title(mode, rollout_level), fontsize=11)
+    return True
+
+
+def n_rows_vs_n_rollouts(history: pd.DataFrame, *, ax: Axes | None = None) -> Figure:
+    """``n_rows`` and ``n_rollouts`` per training step; the gap is rows that split rollouts added.
+
+    ``history``: one line per step with ``training/rollout_level_advantage/n_rows`` and ``.../n_rollouts`` (or
+    ``n_rows``/``n_rollouts``), optionally ``step``: the two metrics Agent Lightning tells users to watch. The right
+    axis shows v1.0's batch total n_rollouts/n_rows, the loss scale that drifts with them (Agent Lightning #593).
+    """
+    fig, ax = _figure(ax, (6, 4))
+    n_rows = history[N_ROWS if N_ROWS in history else "n_rows"].to_numpy(dtype=float)
+    n_rollouts = history[N_ROLLOUTS if N_ROLLOUTS in history else "n_rollouts"].to_numpy(dtype=float)
+    steps = history["step"].to_numpy() if "step" in history else np.arange(len(history))
+    ax.plot(steps, n_rows, color="tab:blue", marker="o", ms=3, label="n_rows")
+    ax.plot(steps, n_rollouts, color="tab:purple", ls="--", label="n_rollouts")
+    ax.fill_between(steps, n_rollouts, n_rows, color="tab:blue", alpha=0.12, label="extra rows of split rollouts")
+    ax.set_ylim(0, max(n_rows.max(initial=1), n_rollouts.max(initial=1)) * 1.15)
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("count per step")
+    scale = ax.twinx()
+    scale.plot(steps, n_rollouts / n_rows, color="tab:gray", ls=":", lw=2, label="v1.0 total: n_rollouts/n_rows")
+    scale.set_ylim(0, 1.05)
+    scale.set_ylabel("per_rollout_mean v1.0 batch total", color="0.35")
+    ax.set_title("n_rows vs n_rollouts per step")
+    handles = ax.get_legend_handles_labels()[0] + scale.get_legend_handles_labels()[0]
+    ax.legend(handles=handles, fontsize=8, loc="lower left")
+    return fig
+
+
+def cap_drops(rows: pd.DataFrame, *, ax: Axes | None = None) -> Figure:
+    """Rows kept and dropped by marked-row removal, mini-batch alignment and the update cap, by rollout size.
+
+    ``rows``: ``Weighting.rows`` (its ``fate`` column). The title counts rollouts that lose some but not all rows:
+    they reach the update with fewer rows, and under per_rollout_mean with fewer tokens (a renormalised T).
+    """
+    fig, ax = _figure(ax, (6, 4))
+    counts, ticks = _cap_counts(rows)
+    bottom = np.zeros(len(counts))
+    x = np.arange(len(counts))
+    for fate in _cap_fates(counts):
+        label, colour = FATE_STYLE[fate]
+        values = counts[fate].to_numpy()
+        ax.bar(x, values, 0.7, bottom=bottom, color=colour, label=f"{label}: {values.sum()}")
+        bottom += values
+    ax.set_xticks(x, ticks)
+    ax.set_ylim(0, max(bottom.max(initial=0), 1) * 1.05)
+    ax.set_xlabel("rows per rollout (as aggregated)")
+    ax.set_ylabel("rows")
+    ax.set_title(_cap_title(rows), fontsize=11)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def update_cap_drops(ax: Axes, rows: pd.DataFrame) -> bool:
+    """Redraw a :func:`cap_drops` axes for another selection of the same kind of batch in place.
+
+    Returns False (changing nothing) unless ``ax`` shows the same fates and rows-per-rollout classes.
+    """
+    counts, ticks = _cap_counts(rows)
+    fates = _cap_fates(counts)
+    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+    drawn = [c.get_label().rsplit(":", 1)[0] for c in bars]
+    legend = ax.get_legend()
+    if drawn != [FATE_STYLE[f][0] for f in fates] or [t.get_text() for t in ax.get_xticklabels()] != ticks:
+        return False
+    if legend is None or any(len(c.patches) != len(counts) for c in bars):
+        return False
+    bottom = np.zeros(len(counts))
+    for container, fate, text in zip(bars, fates, legend.get_texts(), strict=True):
+        values = counts[fate].to_numpy()
+        for patch, value, base in zip(container.patches, values, bottom, strict=True):
+            patch.set_y(base)
+            patch.set_height(value)
+        text.set_text(f"{FATE_STYLE[fate][0]}: {values.sum()}")
+        bottom += values
+    ax.set_ylim(0, max(bottom.max(initial=0), 1) * 1.05)
+    ax.set_title(_cap_title(rows), fontsize=11)
+    return True
+
+
+# --- short training runs (agl_lab.train histories; notebooks/03_short_training_runs.ipynb) ---
+
+SUCCESS = "lab/success_rate"
+# Rows of a step: collected by trace aggregation, then trained or dropped (FATE_STYLE's fates as metric names).
+STEP_ROWS = {
+    "kept": "training/n_sample_trained",
+    "dropped/same_reward": "training/n_sample_dropped/same_reward",
+    "dropped/random": "training/n_sample_dropped/random",
+    "dropped/marked": "training/n_sample_dropped/marked",
+}
+
+
+def success_curve(
+    history: pd.DataFrame, *, label: str | None = None, window: int = 5, ax: Axes | None = None
+) -> Figure:
+    """Task success rate per training step (thin) and its rolling mean over ``window`` steps (thick).
+
+    ``history``: a short run's history (``step``, ``lab/success_rate``). The default task's reward is 1 on success
+    and 0 otherwise, so ``training/reward`` is the same curve. Call again on the same ``ax`` with another
+    ``label`` to compare runs.
+    """
+    fig, ax = _figure(ax, (6, 4))
+    steps, success = history["step"].to_numpy(), history[SUCCESS].to_numpy(dtype=float)
+    smooth = pd.Series(success).rolling(window, min_periods=1).mean().to_numpy()
+    (line,) = ax.plot(steps, smooth, lw=2.2, label=label or f"rolling mean ({window} steps)")
+    ax.plot(steps, success, lw=0.8, alpha=0.45, color=line.get_color())
+    ax.set_ylim(0, 1.02)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step")
+    ax.set_ylabel("success rate (= training/reward)")
+    ax.set_title("Task success per step (thin: per step; thick: rolling mean)", fontsize=11)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def step_rows(history: pd.DataFrame, *, ax: Axes | None = None) -> Figure:
+    """Rows of each training step, stacked: trained, and dropped by cause (Agent Lightning's drop counters).
+
+    The bars' total is ``training/n_sample_collected``. ``history`` lacks the dropped counters of a cause that
+    never fired only if it was written without them; missing columns count as 0.
+    """
+    fig, ax = _figure(ax, (6, 4))
+    steps = history["step"].to_numpy()
+    bottom = np.zeros(len(history))
+    for fate, metric in STEP_ROWS.items():
+        values = history[metric].fillna(0).to_numpy(dtype=float) if metric in history else np.zeros(len(history))
+        label, colour = FATE_STYLE[fate]
+        if values.any() or fate == "kept":
+            ax.bar(steps, values, 0.85, bottom=bottom, color=colour, label=f"{label}: {int(values.sum())}", lw=0)
+            bottom += values
+    ax.set_ylim(0, max(bottom.max(initial=1), 1) * 1.3)  # headroom for the legend
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step")
+    ax.set_ylabel("rows")
+    ax.set_title("Rows per step: trained, and dropped by the alignment and cap", fontsize=11)
+    ax.legend(fontsize=8, loc="upper left", ncols=2)
+    return fig
+
+
+def training_overview(history: pd.DataFrame, *, title: str | None = None) -> Figure:
+    """A short run in one figure: success, ``n_rows`` vs ``n_rollouts`` (as aggregated), rows trained and dropped."""
+    fig = Figure(figsize=(17, 4.4), layout="constrained")
+    axes = fig.subplots(1, 3)
+    success_curve(history, ax=axes[0])
+    n_rows_vs_n_rollouts(aggregated_counts(history), ax=axes[1])
+    step_rows(history, ax=axes[2])
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def compare_runs(histories: dict[str, pd.DataFrame]) -> dict[str, Figure]:
+    """Runs side by side (``{setting: history}``): ``success`` in one axes, ``rows_vs_rollouts`` and ``drops``
+    one panel per run, on shared axes."""
+    success = Figure(figsize=(7.5, 4.4), layout="constrained")
+    ax = success.add_subplot()
+    for name, history in histories.items():
+        success_curve(history, label=name, ax=ax)
+    ax.set_title("Task success per step, by setting (thin: per step; thick: rolling mean)", fontsize=11)
+    figures = {"success": success}
+    for kind, draw in (
+        ("rows_vs_rollouts", lambda h, a: n_rows_vs_n_rollouts(aggregated_counts(h), ax=a)),
+        ("drops", lambda h, a: step_rows(h, ax=a)),
+    ):
+        fig = Figure(figsize=(5.6 * len(histories), 4.2), layout="constrained")
+        axes = np.atleast_1d(fig.subplots(1, len(histories), sharey=True))
+        for a, (name, history) in zip(axes, histories.items(), strict=True):
+            draw(history, a)
+            a.set_title(f"{name}\n{a.get_title()}", fontsize=10)
+        figures[kind] = fig
+    return figures
+
+
+def aggregated_counts(history: pd.DataFrame) -> pd.DataFrame:
+    """``step``, ``n_rows``, ``n_rollouts`` from the adapter's counts (``training/n_sample``, ``training/n_rollouts``).
+
+    Unlike ``training/rollout_level_advantage/*`` (logged only with rollout-level advantage on, and after the
+    drops) these exist in every run, so settings can be compared on them.
+    """
+    return pd.DataFrame(
+        {"step": history["step"], "n_rows": history["training/n_sample"], "n_rollouts": history["training/n_rollouts"]}
+    )
+
+
+def _weight_stats(
+    rollouts: pd.DataFrame, modes: Sequence[str] | None
+) -> tuple[list[str], dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]], dict[int, str], np.ndarray, int]:
+    """Per rows-per-rollout class: mean, 10th and 90th percentile of the relative weight under each mode."""
+    level = rollouts["rollout_level"].iloc[0] if len(rollouts) else True
+    frame = rollouts[(rollouts["rollout_level"] == level) & (rollouts["rows_kept"] > 0)]
+    modes = list(modes) if modes is not None else list(frame["mode"].unique())
+    classes, labels = _row_classes(frame["rows_kept"].to_numpy())
+    # one grouped pass for every (class, mode): a loop of per-class groupbys costs ~5× more at 10k rollouts
+    grouped = frame.assign(row_class=classes).groupby(["row_class", "mode"], sort=False)["relative_weight"]
+    stats = pd.DataFrame({"mean": grouped.mean(), "low": grouped.quantile(0.1), "high": grouped.quantile(0.9)})
+    per_class = {}
+    for cls in sorted(set(classes)):
+        part = stats.xs(cls, level="row_class").reindex(modes)
+        per_class[cls] = (part["mean"].to_numpy(), part["low"].to_numpy(), part["high"].to_numpy())
+    totals = frame.groupby("mode", sort=False)["weight"].sum().reindex(modes, fill_value=0.0).to_numpy()
+    n_rollouts = int((frame["mode"] == modes[0]).sum()) if modes else 0
+    return modes, per_class, labels, totals, n_rollouts
+
+
+def _class_x(j: int, n_classes: int, n_modes: int) -> np.ndarray:
+    """x of class ``j``'s bars: side by side within each mode's slot of width 0.8."""
+    return np.arange(n_modes) + (j - (n_classes - 1) / 2) * (0.8 / max(n_classes, 1))
+
+
+def _whiskers(per_class: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]], n_modes: int) -> list[np.ndarray]:
+    segments = []
+    for j, (_, low, high) in enumerate(per_class.values()):
+        for x, lo, hi in zip(_class_x(j, len(per_class), n_modes), low, high, strict=True):
+            if np.isfinite(lo) and np.isfinite(hi):
+                segments.append(np.array([[x, lo], [x, hi]]))
+    return segments
+
+
+def _weights_top(per_class: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> float:
+    """Where the Σ labels sit: above the highest bar or whisker, and at least above the fair-share line."""
+    highest = [
+        np.nanmax(np.concatenate([mean, high])) for mean, _, high in per_class.values() if np.isfinite(mean).any()
+    ]
+    return max([1.0, *highest]) * 1.1
+
+
+def _weights_title(n_rollouts: int) -> str:
+    return f"How much a rollout weighs, by loss mode and rows per rollout ({n_rollouts} rollouts trained)"
+
+
+def _cap_counts(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Rows per (rows-per-rollout class, fate), and the classes' tick labels."""
+    classes, labels = _row_classes(rows["rows_in_rollout"].to_numpy())
+    counts = pd.crosstab(classes, rows["fate"]).reindex(columns=list(FATE_STYLE), fill_value=0)
+    return counts, [labels[c] for c in counts.index]
+
+
+def _cap_fates(counts: pd.DataFrame) -> list[str]:
+    """The fates drawn: those that happened, and always "kept"."""
+    return [fate for fate in FATE_STYLE if counts[fate].any() or fate == "kept"]
+
+
+def _cap_title(rows: pd.DataFrame) -> str:
+    kept = rows["fate"] == "kept"
+    per_rollout = kept.groupby(rows["rollout_id"], sort=False).agg(["any", "all"])
+    partial = int((per_rollout["any"] & ~per_rollout["all"]).sum())
+    return (
+        f"Rows kept for the update: {int(kept.sum())} of {len(rows)}\n"
+        f"({partial} rollouts lose some but not all of their rows)"
+    )
+
+
+def _mass_frame(rollouts: pd.DataFrame, mode: str, rollout_level: bool) -> tuple[pd.DataFrame, np.ndarray, list[str]]:
+    frame = rollouts[(rollouts["mode"] == mode) & (rollouts["rollout_level"] == rollout_level)]
+    frame = frame[frame["rows_kept"] > 0]
+    groups, names = _reward_groups(frame["reward"].to_numpy())
+    return frame, groups, names
+
+
+def _mean_segments(x: np.ndarray, values: np.ndarray) -> list[np.ndarray]:
+    """A short horizontal bar at the mean of ``values`` for each distinct ``x``."""
+    columns = np.unique(x)
+    means = [values[x == c].mean() for c in columns]
+    return [np.array([[c - 0.3, m], [c + 0.3, m]]) for c, m in zip(columns, means, strict=True)]
+
+
+def _mass_limits(values: np.ndarray) -> tuple[float, float]:
+    """y limits around the masses and 0, with a 6% margin (the same for a fresh drawing and an update)."""
+    low, high = min(values.min(initial=0.0), 0.0), max(values.max(initial=0.0), 0.0)
+    pad = (high - low) * 0.06 or 1e-3
+    return low - pad, high + pad
+
+
+def _mass_title(mode: str, rollout_level: bool) -> str:
+    return f"Rollout mass under {mode}\n(rollout-level advantage {'on' if rollout_level else 'off'})"
+
+
+def _empty_note(ax: Axes, text: str) -> None:
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=11, color="0.3")
+
+
+def _figure(ax: Axes | None, size: tuple[float, float]) -> tuple[Figure, Axes]:
+    if ax is not None:
+        return ax.figure, ax
+    fig = Figure(figsize=size, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _row_classes(sizes: np.ndarray) -> tuple[np.ndarray, dict[int, str]]:
+    """Rows per rollout capped at _MAX_CLASS, and each class's label ("6+" for the cap)."""
+    classes = np.minimum(sizes, _MAX_CLASS)
+    labels = {k: str(k) for k in range(1, _MAX_CLASS)}
+    labels[_MAX_CLASS] = f"{_MAX_CLASS}+" if (sizes > _MAX_CLASS).any() else str(_MAX_CLASS)
+    return classes, labels
+
+
+def _class_colours(n: int) -> list:
+    return [colormaps["viridis"](v) for v in np.linspace(0.15, 0.85, n)]
+
+
+def _reward_groups(rewards: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Rollouts split at the midpoint of the batch's rewards: higher (0) and lower (1); one group if all equal."""
+    if len(rewards) == 0 or rewards.min() == rewards.max():
+        value = rewards[0] if len(rewards) else float("nan")
+        return np.zeros(len(rewards), dtype=int), [f"reward {value:g}"]
+    threshold = (rewards.min() + rewards.max()) / 2
+    groups = np.where(rewards >= threshold, 0, 1)
+    return groups, [f"higher reward (≥ {threshold:g})", f"lower reward (< {threshold:g})"]
+
+
+def _short(value: float) -> str:
+    """3 significant digits, without an exponent for the usual loss scales."""
+    return f"{value:.3g}"

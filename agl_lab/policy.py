@@ -1,0 +1,247 @@
+"""The policy of a short run: a causal LM and its tokenizer, sampling responses and scoring them.
+
+By default a tiny ``LlamaForCausalLM`` (``lab.model_layers`` layers of width ``lab.model_hidden``) is built
+from a config, with a word-level tokenizer over the task's words built in code: nothing is downloaded,
+the weights come from ``lab.seed``, and it learns the default task on a laptop CPU. A local Hugging Face
+model directory (``lab.model_path``, else ``actor_rollout_ref.model.path`` when that is a local directory)
+goes through the same code: ``from_pretrained`` instead of a config. A finished run's ``policy/`` folder is
+such a directory. ``lab.device: auto`` picks CUDA when torch sees a GPU, else the CPU.
+
+Sampling and scoring read verl's rollout keys (``temperature``, ``top_k``, ``top_p``): log-probs are taken
+on logits divided by the temperature, as verl's actor does, so old and new log-probs match the sampler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import verl.utils.torch_functional as verl_F
+from omegaconf import DictConfig
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+from transformers.utils import logging as hf_logging
+
+__all__ = ["SPECIAL_TOKENS", "Policy", "build_policy", "generate", "local_model_path", "resolve_device", "score"]
+
+SPECIAL_TOKENS = ("<pad>", "<unk>", "<eos>")  # ids 0, 1, 2 in the tiny tokenizer
+
+
+@dataclass
+class Policy:
+    """A causal LM, its tokenizer and the device it runs on; ``source`` says where it came from."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    device: torch.device
+    source: str
+
+    @property
+    def pad_token_id(self) -> int:
+        return int(self.tokenizer.pad_token_id)
+
+    @property
+    def eos_token_id(self) -> int:
+        return int(self.tokenizer.eos_token_id)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def save(self, path: Path) -> None:
+        """``save_pretrained`` model and tokenizer: the folder loads back as ``lab.model_path``."""
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # a "Writing model shards" bar would land after the CLI's last line
+        try:
+            self.model.save_pretrained(path)
+            self.tokenizer.save_pretrained(path)
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
+
+
+def build_policy(cfg: DictConfig, *, words: list[str]) -> Policy:
+    """The tiny default policy over ``words`` (the task's vocabulary), or the local model the config names."""
+    lab = cfg.lab
+    device = resolve_device(lab.device)
+    path = local_model_path(cfg)
+    if path is not None:
+        trust = bool(cfg.actor_rollout_ref.model.get("trust_remote_code", False))
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
+        if tokenizer.pad_token_id is None:  # many chat models ship without one; padding is masked anyway
+            tokenizer.pad_token = tokenizer.eos_token
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust)
+        source = str(path)
+    else:
+        tokenizer = _word_tokenizer(words)
+        model = _tiny_llama(tokenizer, layers=lab.model_layers, hidden=lab.model_hidden, seed=lab.seed)
+        source = f"tiny LlamaForCausalLM ({lab.model_layers} layers, hidden {lab.model_hidden}, vocab {len(tokenizer)})"
+    return Policy(model=model.to(device), tokenizer=tokenizer, device=device, source=source)
+
+
+def local_model_path(cfg: DictConfig) -> Path | None:
+    """``lab.model_path`` (must exist), else ``actor_rollout_ref.model.path`` if it is a local directory, else None."""
+    if cfg.lab.model_path:
+        path = Path(cfg.lab.model_path).expanduser()
+        if not path.is_dir():
+            raise FileNotFoundError(
+                f"lab.model_path={cfg.lab.model_path!r} is not a directory: give a local Hugging Face model folder "
+                "(config.json + weights), e.g. a finished run's policy/ folder, or null for the tiny default policy"
+            )
+        return path
+    verl_path = cfg.actor_rollout_ref.model.get("path")
+    if verl_path and Path(str(verl_path)).expanduser().is_dir():
+        return Path(str(verl_path)).expanduser()
+    return None
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` → ``cuda`` when torch sees a GPU, else ``cpu``; other names are passed to torch as they are."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ValueError(f"lab.device={name!r} is not a torch device: use auto, cpu, cuda or cuda:N") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"lab.device={name!r} but torch sees no CUDA device: use lab.device=auto or cpu")
+    return device
+
+
+@torch.no_grad()
+def generate(
+    policy: Policy,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    generator: torch.Generator,
+) -> list[list[int]]:
+    """Sample one response per prompt (token ids, up to and including EOS), batched with a KV cache."""
+    model, device, pad = policy.model, policy.device, policy.pad_token_id
+    model.eval()
+    lengths = torch.tensor([len(p) for p in prompts])
+    width = int(lengths.max())
+    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)  # (n, P), left-padded
+    for row, prompt in enumerate(prompts):
+        input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+    attention_mask = (torch.arange(width)[None, :] >= (width - lengths)[:, None]).long()  # (n, P)
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp_min(0)  # (n, P)
+
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
+    next_position = position_ids[:, -1:] + 1  # (n, 1)
+    finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)  # (n,)
+    tokens = []
+    for t in range(max_new_tokens):
+        alive = ~finished  # (n,)
+        token = _sample(out.logits[:, -1], temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+        token = torch.where(alive, token, pad)  # (n,)
+        tokens.append(token)
+        finished |= token == policy.eos_token_id
+        if bool(finished.all()) or t == max_new_tokens - 1:
+            break
+        attention_mask = torch.cat([attention_mask, alive.long()[:, None]], dim=-1)  # (n, P + t + 1)
+        out = model(
+            input_ids=token[:, None],
+            attention_mask=attention_mask,
+            position_ids=next_position,
+            past_key_values=out.past_key_values,
+            use_cache=True,
+        )
+        next_position = next_position + 1
+    sampled = torch.stack(tokens, dim=-1).cpu()  # (n, new)
+    return [_until_eos(row, policy.eos_token_id) for row in sampled.tolist()]
+
+
+def score(
+    policy: Policy,
+    *,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    response_length: int,
+    temperature: float,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and entropies) of the last ``response_length`` tokens of each row, as verl's actor takes them.
+
+    Inputs are (rows, P + R) in verl's row layout; returns (rows, R) tensors. Gradients flow unless the caller
+    disables them.
+    """
+    logits = policy.model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+    ).logits  # (rows, P + R, V)
+    # position t predicts token t + 1, so the response's logits start one column before it
+    logits = logits[:, -response_length - 1 : -1].float() / temperature  # (rows, R, V)
+    responses = input_ids[:, -response_length:]  # (rows, R)
+    log_prob = verl_F.logprobs_from_logits(logits, responses)  # (rows, R)
+    entropy = verl_F.entropy_from_logits(logits) if with_entropy else None  # (rows, R)
+    return log_prob, entropy
+
+
+def _sample(
+    logits: torch.Tensor, *, temperature: float, top_k: int, top_p: float, generator: torch.Generator
+) -> torch.Tensor:
+    """One token per row from (n, V) logits; temperature 0 is greedy, as in verl's rollout config."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1)
+    logits = logits.float() / temperature  # (n, V)
+    if top_k is not None and 0 < top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (n, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)  # (n, V)
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        # drop a token once the tokens before it already cover top_p (the most likely token always stays)
+        drop_sorted = (cumulative - sorted_logits.softmax(dim=-1)) >= top_p
+        logits = logits.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
+    probs = logits.softmax(dim=-1)  # (n, V)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (n,)
+
+
+def _until_eos(row: list[int], eos: int) -> list[int]:
+    # a row is padded only after its EOS, so a row without EOS is all sampled tokens
+    return row[: row.index(eos) + 1] if eos in row else row
+
+
+def _word_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
+    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *dict.fromkeys(words)])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>")
+
+
+def _tiny_llama(tokenizer: PreTrainedTokenizerFast, *, layers: int, hidden: int, seed: int) -> LlamaForCausalLM:
+    heads = max(1, hidden // 16)
+    if hidden % heads:
+        raise ValueError(f"lab.model_hidden must be a multiple of 16 (or below 16), got {hidden}")
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    with torch.random.fork_rng(devices=[]):  # seed the weights without touching the caller's global RNG
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config)

@@ -1,0 +1,131 @@
+"""The lock task: episode rules, outcome-dependent turns, context rewrites, seeding; and its rollouts → rows."""
+
+import numpy as np
+import pytest
+import torch
+
+from agl_lab.aggregation import aggregate
+from agl_lab.config import compose_config
+from agl_lab.policy import build_policy
+from agl_lab.rollout import SamplingParams, collect_rollouts
+from agl_lab.tasks import LockTask, make_task
+
+
+def play(task, lock, answers, *, step=0, index=0):
+    """Answer an episode with a fixed list of texts; return the episode and the turns."""
+    episode = task.start(lock, step=step, index=index)
+    turns = []
+    for answer in answers:
+        turns.append(episode.respond(answer))
+        if turns[-1].done:
+            break
+    return episode, turns
+
+
+def test_the_right_code_opens_the_lock_at_once():
+    task = LockTask(n_locks=4, max_turns=3, seed=1)
+    code = f"c{task.codes[2]}"
+    episode, turns = play(task, 2, [f"{code} L0"])
+    assert episode.prompt == "lock L2 try"
+    assert episode.success and episode.done and episode.turns == 1
+    assert turns == [turns[0]] and turns[0].success and turns[0].observation is None
+
+
+def test_a_failing_episode_takes_every_turn_and_gets_no_try():
+    task = LockTask(n_locks=4, max_turns=3, rewrite_prob=0.0, seed=1)
+    wrong = f"c{(task.codes[0] + 1) % 4}"
+    episode, turns = play(task, 0, [wrong, "L3 c0", "nonsense", wrong])
+    assert episode.turns == 3 and episode.done and not episode.success  # the 4th answer is never asked for
+    assert [t.observation for t in turns] == ["no try", "no try", None]
+    # only the first word counts: "L3 c0" is no guess even though c0 comes later
+    assert episode.guesses == [wrong, "none", "none"]
+    with pytest.raises(RuntimeError, match="the episode is over"):
+        episode.respond(wrong)
+
+
+def test_a_rewrite_replaces_the_context_with_a_summary_that_does_not_continue_it():
+    task = LockTask(n_locks=4, max_turns=3, rewrite_prob=1.0, seed=1)
+    wrong = f"c{(task.codes[1] + 1) % 4}"
+    episode, turns = play(task, 1, [wrong, "L2"])
+    assert turns[0].rewrite == f"lock L1 tried {wrong} try" and turns[0].observation is None
+    assert turns[1].rewrite == f"lock L1 tried {wrong} none try"
+    assert episode.rewrites == 2
+    # the summary never begins with the previous context (prompt + response), so the aggregator must split
+    previous = f"{episode.prompt} {wrong}".split()
+    assert turns[0].rewrite.split()[: len(previous)] != previous
+
+
+def test_codes_items_and_rewrites_are_fixed_by_the_seed():
+    a, b, other = LockTask(seed=5), LockTask(seed=5), LockTask(seed=6)
+    assert sorted(a.codes) == list(range(a.n_locks))  # a permutation: every lock has its own code
+    assert (a.codes == b.codes).all() and not (a.codes == other.codes).all()
+    assert a.sample_items(step=3, batch_size=5) == b.sample_items(step=3, batch_size=5)
+    assert len(set(a.sample_items(step=3, batch_size=8))) == 8  # distinct while there are enough locks
+    draws = [LockTask(seed=5, rewrite_prob=0.5).start(0, step=2, index=i).rng.random() for i in range(2)]
+    again = [LockTask(seed=5, rewrite_prob=0.5).start(0, step=2, index=i).rng.random() for i in range(2)]
+    assert draws == again and draws[0] != draws[1]
+
+
+def test_words_cover_everything_the_environment_says():
+    task = LockTask(n_locks=3)
+    words = set(task.words())
+    episode, turns = play(LockTask(n_locks=3, rewrite_prob=1.0), 0, ["c9", "x"])
+    said = episode.prompt.split() + [w for t in turns if t.rewrite for w in t.rewrite.split()]
+    assert set(said) - {"c9"} <= words and {"c0", "c2", "L2"} <= words
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"n_locks": 1}, "lab.task_size must be an integer >= 2"),
+        ({"max_turns": 0}, "lab.max_turns must be an integer >= 1"),
+        ({"rewrite_prob": 1.5}, r"lab.rewrite_prob must be a probability in \[0, 1\]"),
+    ],
+)
+def test_bad_knobs_are_refused_naming_the_key(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LockTask(**kwargs)
+
+
+def test_make_task_names_the_known_tasks():
+    assert isinstance(make_task("lock", size=3, max_turns=2, rewrite_prob=0.1, seed=0), LockTask)
+    with pytest.raises(ValueError, match=r"lab.task: unknown task 'lok' \(did you mean 'lock'\?\); use one of: lock"):
+        make_task("lok", size=3, max_turns=2, rewrite_prob=0.1, seed=0)
+
+
+def rollouts_of(*, rewrite_prob, max_turns=3, n=4, seed=0):
+    cfg = compose_config(dotlist=[f"lab.seed={seed}"])
+    task = LockTask(n_locks=4, max_turns=max_turns, rewrite_prob=rewrite_prob, seed=seed)
+    policy = build_policy(cfg, words=task.words())
+    sampling = SamplingParams(n=n, max_new_tokens=3, temperature=1.0, top_k=-1, top_p=1.0)
+    generator = torch.Generator().manual_seed(seed)
+    return collect_rollouts(policy, task, step=1, items=[0, 1, 2, 3], sampling=sampling, generator=generator)
+
+
+def test_failing_rollouts_make_the_most_calls_and_ids_follow_agent_lightning():
+    rollouts, metrics = rollouts_of(rewrite_prob=0.3)
+    assert len(rollouts) == 16
+    assert rollouts[5].data_id == "s1/p1" and rollouts[5].rollout_id == "s1/p1/r1"
+    calls = np.array([len(r.calls) for r in rollouts])
+    failed = np.array([r.reward == 0.0 for r in rollouts])
+    assert (calls[failed] == 3).all() and (calls[~failed] <= 3).all()
+    assert metrics["lab/success_rate"] == pytest.approx(1 - failed.mean())
+    assert metrics["lab/mean_turns"] == pytest.approx(calls.mean())
+    assert metrics["lab/generated_tokens"] == sum(len(c.response_ids) for r in rollouts for c in r.calls)
+
+
+@pytest.mark.parametrize("rewrite_prob", [0.0, 1.0])
+def test_rows_per_rollout_follow_the_rewrites_at_the_trajectory_level(rewrite_prob):
+    rollouts, metrics = rollouts_of(rewrite_prob=rewrite_prob)
+    rows, adapter = aggregate(rollouts, level="trajectory", max_prompt_length=64, max_response_length=64)
+    per_rollout = {r.rollout_id: 0 for r in rollouts}
+    for rollout_id in rows.non_tensor_batch["rollout_id_list"]:
+        per_rollout[rollout_id] += 1
+    calls = {r.rollout_id: len(r.calls) for r in rollouts}
+    if rewrite_prob == 0.0:  # every turn continues the context: one row per rollout
+        assert set(per_rollout.values()) == {1} and adapter["training/n_trace_merge_mismatch_rows"] == 0
+    else:  # every turn after the first is rewritten: one row per call
+        assert per_rollout == calls
+        assert adapter["training/n_trace_merge_mismatch_rows"] == metrics["lab/context_rewrites"] > 0
+    transition, _ = aggregate(rollouts, level="transition", max_prompt_length=64, max_response_length=64)
+    assert len(transition) == sum(calls.values())
