@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
+from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -150,10 +152,16 @@ def key_problem(path: str, base: DictConfig) -> str | None:
 
 
 def type_problem(path: str, value: Any, base: DictConfig) -> str | None:
-    """Why ``value`` does not fit the type of ``path`` in ``base``, or None if it fits (or the key is open)."""
+    """Why ``value`` does not fit the type of ``path`` in ``base``, or None if it fits (or the key is open).
+
+    The type is the default's, except where verl's config dataclass (the section's ``_target_``) declares a
+    float for a default written as an integer (``entropy_coeff: 0``, ``top_p: 1``): any number fits there.
+    """
     expected = _leaf(base, path)
     if expected is None or (isinstance(expected, str) and "${" in expected):
         return None
+    if isinstance(expected, int) and not isinstance(expected, bool) and _declares_float(base, path):
+        expected = float(expected)
     if isinstance(expected, bool):
         ok, name = isinstance(value, bool), "a boolean (true/false)"
     elif isinstance(expected, int):
@@ -171,6 +179,23 @@ def type_problem(path: str, value: Any, base: DictConfig) -> str | None:
     if value is None or ok:
         return None
     return f"{path} must be {name}, got {value!r} ({type(value).__name__})"
+
+
+def _declares_float(base: DictConfig, path: str) -> bool:
+    parent_path, _, key = path.rpartition(".")
+    parent = OmegaConf.select(base, parent_path, default=None) if parent_path else base
+    target = parent.get("_target_") if isinstance(parent, DictConfig) else None
+    return bool(target) and float in _numeric_hints(str(target)).get(key, ())
+
+
+@functools.cache
+def _numeric_hints(target: str) -> dict[str, tuple[type, ...]]:
+    """Field name -> the types its annotation allows (Optional[float] -> (float, NoneType)) of a config dataclass."""
+    try:
+        hints = typing.get_type_hints(get_class(target))
+    except Exception:  # not importable here (an optional engine's config): fall back to the YAML default's type
+        return {}
+    return {name: typing.get_args(hint) or (hint,) for name, hint in hints.items()}
 
 
 def _leaf(base: DictConfig, path: str) -> Any:

@@ -95,6 +95,14 @@ def test_hydra_value_syntax():
     assert isinstance(cfg.actor_rollout_ref.actor.clip_ratio_low, float)
 
 
+def test_floats_declared_by_verls_dataclasses_accept_any_number():
+    # verl's YAML writes these floats as integers (entropy_coeff: 0, top_p: 1); its dataclasses declare float.
+    cfg = compose_config(dotlist=["actor_rollout_ref.actor.entropy_coeff=0.01", "actor_rollout_ref.rollout.top_p=0.9"])
+    assert cfg.actor_rollout_ref.actor.entropy_coeff == 0.01 and cfg.actor_rollout_ref.rollout.top_p == 0.9
+    with pytest.raises(ConfigError, match="must be an integer"):  # ppo_mini_batch_size is an int in the dataclass
+        compose_config(dotlist=["actor_rollout_ref.actor.ppo_mini_batch_size=2.5"])
+
+
 def test_open_sections_accept_new_keys_and_plus_adds_explicitly():
     cfg = compose_config(
         overrides={"agentlightning": {"local": {"env_map": {"OPENAI_BASE_URL": "http://x"}}}},
