@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 __all__ = ["BAND_LABELS", "STANDARD_PANELS", "bands", "plot_bands", "plot_panels", "save_figure"]
@@ -23,16 +24,16 @@ __all__ = ["BAND_LABELS", "STANDARD_PANELS", "bands", "plot_bands", "plot_panels
 Band = Literal["std", "ci95"]
 BAND_LABELS = {"std": "mean ± 1 std across seeds", "ci95": "mean, 95% bootstrap CI across seeds"}
 
-# The panels that show what the three settings do to training: (title, [(metric, label), ...]).
+# The panels that show what the three settings do to training: title -> lines, each line (metric, label); a
+# line may list alternatives as "a|b" (the first the table has: lab runs log success, real runs only reward).
 STANDARD_PANELS: dict[str, list[tuple[str, str]]] = {
-    "success rate": [("lab/success_rate", "success")],
-    "reward": [("training/reward", "reward")],
+    "success / reward": [("lab/success_rate|training/reward", "success")],
     "rows vs rollouts per step": [("training/n_sample", "n_rows"), ("training/n_rollouts", "n_rollouts")],
     "drop counters": [
         ("training/n_sample_dropped/same_reward", "dropped, same reward"),
         ("training/n_sample_dropped/random", "dropped, random"),
     ],
-    "loss scale": [("lab/loss_scale", "total per-token loss weight")],
+    "loss scale (total per-token loss weight)": [("lab/loss_scale", "loss scale")],
 }
 
 
@@ -79,12 +80,13 @@ def plot_bands(
     band: Band = "std",
     smooth: int = 1,
     overlay: pd.DataFrame | None = None,
-    ax: plt.Axes | None = None,
+    ax: Axes | None = None,
     title: str | None = None,
     label: str | None = None,
     linestyle: str = "-",
-) -> plt.Figure:
+) -> Figure:
     """One metric over steps: a line and a shaded band per setting; ``overlay`` runs as thin grey lines."""
+    standalone = ax is None
     fig, ax = _axes(ax)
     stats = bands(table, [metric], band=band, smooth=smooth)
     colours = {setting: f"C{i}" for i, setting in enumerate(sorted(table.setting.dropna().unique(), key=str))}
@@ -94,14 +96,17 @@ def plot_bands(
         ax.plot(part["step"], part["mean"], color=colour, linestyle=linestyle, label=f"{name} (n={part.n_seeds.max()})")
         ax.fill_between(part["step"].astype(float), part["low"], part["high"], color=colour, alpha=0.2, linewidth=0)
     if overlay is not None:
-        for (source, run), part in overlay[overlay.metric == metric].groupby(["source", "run"]):
-            part = part.sort_values("step")
-            ax.plot(part["step"], part["value"], color="0.4", linewidth=0.8, alpha=0.7, label=f"{source}: {run}")
+        lines = overlay[overlay.metric == metric]
+        for source, runs in lines.groupby("source"):
+            for i, (run, part) in enumerate(runs.groupby("run")):
+                part = part.sort_values("step")
+                label = f"{source}: {run}" if runs.run.nunique() == 1 else f"{source}: {runs.run.nunique()} runs"
+                ax.plot(part["step"], part["value"], color="0.4", linewidth=0.8, alpha=0.7, label=None if i else label)
     ax.set_title(title or metric)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("training step")
     ax.set_ylabel(label or metric.rsplit("/", 1)[-1])
-    ax.legend(fontsize="small", title=BAND_LABELS[band], title_fontsize="small")
+    ax.legend(fontsize="small", title=BAND_LABELS[band] if standalone else None, title_fontsize="small")
     ax.grid(alpha=0.3)
     return fig
 
@@ -113,16 +118,20 @@ def plot_panels(
     band: Band = "std",
     smooth: int = 1,
     overlay: pd.DataFrame | None = None,
-) -> plt.Figure:
+) -> Figure:
     """The standard comparison panels in one figure; panels whose metrics the table lacks are left out."""
     present = set(table.metric)
-    usable = {title: [(m, lab) for m, lab in lines if m in present] for title, lines in panels.items()}
-    usable = {title: lines for title, lines in usable.items() if lines}
+    usable = {}
+    for title, lines in panels.items():
+        found = [(_first_present(metric, present), label) for metric, label in lines]
+        if any(metric for metric, _ in found):
+            usable[title] = [(metric, label) for metric, label in found if metric]
     if not usable:
         raise ValueError(f"the table has none of the panel metrics; it has {sorted(present)[:20]}")
-    cols = min(3, len(usable))
+    cols = min(2, len(usable))
     rows = -(-len(usable) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False, constrained_layout=True)
+    fig = Figure(figsize=(6.4 * cols, 4.0 * rows), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(rows, cols, squeeze=False))
     for ax, (title, lines) in zip(axes.flat, usable.items(), strict=False):
         for (metric, label), style in zip(lines, ("-", "--", ":"), strict=False):
             plot_bands(
@@ -143,7 +152,7 @@ def plot_panels(
     return fig
 
 
-def save_figure(fig: plt.Figure, stem: str | Path, *, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
+def save_figure(fig: Figure, stem: str | Path, *, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
     """Save ``fig`` as ``<stem>.png``, ``<stem>.svg`` (and any other matplotlib format); return the paths."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -161,8 +170,13 @@ def _bootstrap(values: np.ndarray, rng: np.random.Generator, n_boot: int) -> tup
     return float(low), float(high)
 
 
-def _axes(ax: plt.Axes | None) -> tuple[plt.Figure, plt.Axes]:
+def _first_present(metrics: str, present: set[str]) -> str | None:
+    return next((m for m in metrics.split("|") if m in present), None)
+
+
+def _axes(ax: Axes | None) -> tuple[Figure, Axes]:
+    # Figures are made without pyplot, so a notebook shows them once, where they are displayed, and none linger.
     if ax is not None:
         return ax.figure, ax
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), constrained_layout=True)
-    return fig, ax
+    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
+    return fig, fig.subplots()

@@ -141,7 +141,8 @@ def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: 
 
     if not cells:
         return
-    if not ray.is_initialized():
+    started_here = not ray.is_initialized()
+    if started_here:
         ray.init(
             address=address,
             num_cpus=None if address else num_cpus,
@@ -149,17 +150,21 @@ def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: 
             include_dashboard=False,
             log_to_driver=False,
         )
-    task = ray.remote(num_cpus=1, max_retries=0)(run_cell)
-    pending = {task.remote(cell, dict(overrides or {})): cell for cell in cells}
-    while pending:
-        done, _ = ray.wait(list(pending), num_returns=1)
-        for ref in done:
-            cell = pending.pop(ref)
-            try:
-                ray.get(ref)
-            except Exception as exc:  # the worker died (killed, out of memory): the cell is failed, not the sweep
-                _write_status(cell, "failed", error=f"Ray task failed: {type(exc).__name__}: {exc}")
-            bar.update()
+    try:
+        task = ray.remote(num_cpus=1, max_retries=0)(run_cell)
+        pending = {task.remote(cell, dict(overrides or {})): cell for cell in cells}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                cell = pending.pop(ref)
+                try:
+                    ray.get(ref)
+                except Exception as exc:  # the worker died (killed, out of memory): the cell failed, not the sweep
+                    _write_status(cell, "failed", error=f"Ray task failed: {type(exc).__name__}: {exc}")
+                bar.update()
+    finally:
+        if started_here:  # a Ray instance the sweep started goes with it; one you started stays yours
+            ray.shutdown()
 
 
 def _status(cell: Cell) -> str | None:

@@ -47,6 +47,7 @@ from agl_lab.rollout import collect_rollouts, sampling_params
 from agl_lab.runs import RunFiles, create_run_dir
 from agl_lab.tasks import make_task
 from agl_lab.tracking import open_tracker, plain_metrics
+from agl_lab.weighting import loss_scale
 
 __all__ = ["TrainResult", "short_run_config", "short_run_overrides", "train"]
 
@@ -207,6 +208,7 @@ class _Run:
                 )
         with _timed(timing, "adv"):
             batch, adv_metrics = compute_advantages(batch, cfg, kl_ctrl=self.kl_ctrl)
+            adv_metrics["lab/loss_scale"] = loss_scale(batch, cfg)
         with _timed(timing, "update_actor"):
             actor_metrics = update_actor(
                 self.policy,

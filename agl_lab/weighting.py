@@ -53,6 +53,7 @@ __all__ = [
     "Weighting",
     "agg_loss_token_weights",
     "analyze_weighting",
+    "loss_scale",
     "mode_from_config",
     "mode_settings",
     "seed_example",
@@ -220,6 +221,24 @@ def agg_loss_token_weights(
     if loss_agg_mode == "seq-mean-token-mean":
         return 1.0 / ((row_tokens + 1e-8) * global_batch_size)  # verl's 1e-8 guard against empty rows
     raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}: choose from {['token-sum', *VERL_MODES]}")
+
+
+def loss_scale(batch: DataProto, cfg: DictConfig) -> float:
+    """The step's total per-token loss weight ``Σ ∂L/∂ℓ`` over its trained rows, for the config's loss mode.
+
+    ``batch``: the rows that reach the update (after drops). Summed over one pass of the PPO mini-batches:
+    ``n_rollouts / n_rows`` under per_rollout_mean's v1.0 divisor (it drifts with the rows per rollout), 1
+    under Eq. 16, one per mini-batch under token-mean. The trainer logs it as ``lab/loss_scale``.
+    """
+    if len(batch) == 0:
+        return 0.0
+    tokens = batch.batch["response_mask"].sum(dim=-1).numpy().astype(np.float64)  # (rows,)
+    mini_bs = mini_batch_rows(cfg)
+    weights = _token_weights(
+        mode_from_config(cfg), batch, tokens=tokens, mini_batch=np.arange(len(tokens)) // mini_bs, mini_bs=mini_bs,
+        cfg=cfg,
+    )  # fmt: skip
+    return float((weights * tokens).sum())
 
 
 def mode_settings(mode: str) -> dict[str, str]:

@@ -102,6 +102,15 @@ def test_notebook_in_jupyterlab(notebook: Path, lab, page: Page):
     save(page)
     errors = error_outputs(lab["root"] / notebook.name)
     assert not errors, f"{notebook.name} shows errors in JupyterLab:\n" + "\n".join(errors)
+    INTERACTIONS[notebook.stem](page)
+    screenshot(page, notebook.stem)
+
+
+# ---- what a person checks in each notebook ----------------------------------------------------------------
+
+
+def assert_panel_controls(page: Page) -> None:
+    """The notebook's widget panel rendered: its controls are visible and its inputs enabled."""
     controls = page.locator(f"{PANEL} .jp-OutputArea .widget-inline-hbox, {PANEL} .jp-OutputArea button")
     assert controls.count() > 0, "no widget controls rendered"
     for i in range(min(controls.count(), 12)):
@@ -110,15 +119,25 @@ def test_notebook_in_jupyterlab(notebook: Path, lab, page: Page):
         assert control.is_visible(), f"control {i} is not visible"
     inputs = page.locator(f"{PANEL} .jp-OutputArea input, {PANEL} .jp-OutputArea select")
     assert any(inputs.nth(i).is_enabled() for i in range(inputs.count())), "every widget input is disabled"
-    INTERACTIONS[notebook.stem](page)
-    screenshot(page, notebook.stem)
 
 
-# ---- what a person checks in each notebook ----------------------------------------------------------------
+def check_curves(page: Page) -> None:
+    """The sweep finished every cell and its figures (bands, W&B overlay) are drawn as images."""
+    table = page.locator(f"{PANEL} .jp-OutputArea-output table").filter(has_text="status").first
+    table.scroll_into_view_if_needed()
+    assert "failed" not in table.inner_text() and "done" in table.inner_text()
+    images = page.locator(f"{PANEL} .jp-OutputArea-output img")
+    assert images.count() >= 2, "the band figures are missing"
+    for i in range(images.count()):
+        image = images.nth(i)
+        image.scroll_into_view_if_needed()
+        assert image.evaluate("img => img.complete && img.naturalWidth > 400"), f"figure {i} did not render"
+    images.first.scroll_into_view_if_needed()
 
 
 def check_config_form(page: Page) -> None:
     """Unticking rollout-level advantage recomposes the config: the doctor warns about the half-set pair."""
+    assert_panel_controls(page)
     view = page.locator(f"{PANEL} .jp-OutputArea .widget-html-content").filter(has_text="Resolved").last
     view.scroll_into_view_if_needed()
     assert "per_rollout_mean is on but rollout-level advantage is off" not in view.inner_text()
@@ -140,6 +159,7 @@ def check_config_form(page: Page) -> None:
 
 def check_weighting_panel(page: Page) -> None:
     """Choosing another loss mode in the live panel redraws its weighting plot (the image changes in place)."""
+    assert_panel_controls(page)
     image = page.locator(f"{PANEL} .jp-OutputArea img.widget-image").first
     image.scroll_into_view_if_needed()
     before = image.get_attribute("src")
@@ -157,6 +177,7 @@ def check_weighting_panel(page: Page) -> None:
 
 def check_training_panel(page: Page) -> None:
     """Run in the live panel makes the curve grow step by step, and Stop ends the run early and cleanly."""
+    assert_panel_controls(page)
     steps = page.locator(f"{PANEL} .jp-OutputArea .widget-inline-hbox").filter(has_text="steps").locator("input").first
     steps.scroll_into_view_if_needed()
     steps.fill("200")
@@ -182,6 +203,7 @@ INTERACTIONS = {
     "01_per_rollout_weighting": check_weighting_panel,
     "02_config_check": check_config_form,
     "03_short_training_runs": check_training_panel,
+    "04_reproduce_curves": check_curves,
 }
 
 

@@ -60,9 +60,10 @@ def test_bad_arguments():
 def test_panels_keep_only_metrics_present_and_save_png_and_svg(tmp_path):
     fig = plot_panels(table(), band="ci95", overlay=table().assign(source="wandb", run="real"))
     titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
-    assert titles == ["reward", "rows vs rollouts per step"]
+    assert titles == ["success / reward", "rows vs rollouts per step"]  # reward stands in for the missing success
     paths = save_figure(fig, tmp_path / "panels")
     assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 1000 for p in paths)
     single = plot_bands(table(), "training/reward")
-    labels = [t.get_text() for t in single.axes[0].get_legend().get_texts()]
-    assert labels == ["off (n=2)", "on (n=3)"]
+    legend = single.axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["off (n=2)", "on (n=3)"]
+    assert legend.get_title().get_text() == "mean ± 1 std across seeds"  # the band is always labelled

@@ -45,10 +45,9 @@ def test_serial_sweep_table_and_cells(tmp_path):
 def test_ray_and_serial_executors_give_the_same_table(tmp_path):
     import ray
 
-    try:
-        on_ray = sweep(tmp_path, "ray", executor="ray", num_cpus=2)
-    finally:
-        ray.shutdown()
+    assert not ray.is_initialized()
+    on_ray = sweep(tmp_path, "ray", executor="ray", num_cpus=2)
+    assert not ray.is_initialized()  # the sweep shut down the Ray instance it started
     serial = sweep(tmp_path, "serial")
     assert on_ray.cells["status"].tolist() == ["done"] * 4
     pd.testing.assert_frame_equal(canonical(on_ray.table), canonical(serial.table))

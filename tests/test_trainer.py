@@ -36,7 +36,14 @@ DROPS = (
 )
 ACTOR = ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower", "actor/grad_norm", "actor/lr")
 VERL_DATA = ("critic/score/mean", "critic/advantages/mean", "response_length/mean", "prompt_length/mean")
-LAB = ("lab/success_rate", "lab/mean_turns", "lab/no_guess_rate", "lab/context_rewrites", "lab/generated_tokens")
+LAB = (
+    "lab/success_rate",
+    "lab/mean_turns",
+    "lab/no_guess_rate",
+    "lab/context_rewrites",
+    "lab/generated_tokens",
+    "lab/loss_scale",
+)
 ROLLOUT_LEVEL = (
     "training/rollout_level_advantage/n_rows",
     "training/rollout_level_advantage/n_rollouts",
@@ -101,6 +108,11 @@ def test_every_setting_combination_trains_and_logs_agent_lightnings_metrics(
                 record["training/rollout_level_advantage/n_rows"]
                 >= record["training/rollout_level_advantage/n_rollouts"]
             )
+            if loss_mode == "per_rollout_mean":  # v1.0 divisor: the step's total weight is n_rollouts / n_rows
+                ratio = record["training/rollout_level_advantage/n_rollouts"] / trained
+                assert record["lab/loss_scale"] == pytest.approx(ratio)
+        if loss_mode == "vanilla":  # token-mean: each mini-batch's weights sum to 1
+            assert record["lab/loss_scale"] == pytest.approx(trained // MINI_ROWS)
     timings = lines(result.run_dir / "timings.jsonl")
     assert [t["step"] for t in timings] == [1, 2] and all(t["timing_s/step"] > 0 for t in timings)
     assert (result.run_dir / "config.yaml").exists()

@@ -390,3 +390,23 @@ def test_mode_settings_select_the_mode_in_a_composed_config(mode):
 
 def test_agent_lightnings_default_config_is_v1():
     assert mode_from_config(compose_config()) == "per_rollout_mean:rows"
+
+
+def test_loss_scale_of_the_seed_example_per_mode():
+    from agl_lab.pipeline import select_rows
+    from agl_lab.weighting import loss_scale
+
+    rows, cfg = seed_example()
+    kept, _ = select_rows(rows, cfg)
+    # v1.0: each rollout 1/3 (1/n_rows), total 2/3 = n_rollouts / n_rows; Eq. 16: total 1; token-mean: one
+    # mini-batch of 3 rows, its token weights sum to 1; seq-mean-token-sum: 6 tokens / 3 rows = 2.
+    expected = {"per_rollout_mean:rows": 2 / 3, "per_rollout_mean:rollouts": 1.0, "token-mean": 1.0,
+                "seq-mean-token-sum": 2.0}  # fmt: skip
+    for mode, total in expected.items():
+        mode_cfg = compose_config(
+            overrides={"algorithm": {"adv_estimator": "grpo"}, "actor_rollout_ref": {"rollout": {"n": 1}}},
+            dotlist=[
+                f"{k}={v}" for k, v in {**mode_settings(mode), "actor_rollout_ref.actor.ppo_mini_batch_size": 3}.items()
+            ],
+        )
+        assert loss_scale(kept, mode_cfg) == pytest.approx(total), mode
