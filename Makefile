@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu to fetch the CPU build instead of the CUDA one.
 TORCH_INDEX ?=
 
-.PHONY: check demo test bench
+.PHONY: check demo test bench lab screenshots
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,3 +36,13 @@ test: $(BIN)/.installed /usr/bin/chromium
 
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_core.py
+	$(BIN)/python benchmarks/bench_weighting.py
+	$(BIN)/python benchmarks/bench_trainer.py
+
+# JupyterLab on the repository, opened at notebooks/.
+lab: $(BIN)/.installed
+	$(BIN)/agl-lab lab
+
+# Re-run the browser tests and keep their screenshots in docs/screenshots/ (the README shows them).
+screenshots: $(BIN)/.installed /usr/bin/chromium
+	AGL_LAB_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest tests/test_browser.py

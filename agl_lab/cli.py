@@ -7,13 +7,19 @@ built-in batch (rollouts of 1–3 rows), printing each row's advantage mass and 
 ``agl-lab train [key.path=value ...]`` runs a short training run (``agl_lab.short_run_config`` + the dotlist)
 and prints its run directory as the last line. ``agl-lab demo [--out DIR] [key.path=value ...]`` trains the
 settings that matter side by side and writes figures and a summary table (``agl_lab.demo``).
+
+``agl-lab launch [key.path=value ...]`` exports the experiment for Agent Lightning's real trainer (overrides,
+dotlist, launch script; :mod:`agl_lab.handoff`) and runs it when ``agentlightning`` is importable, else says what to
+install. ``agl-lab lab`` opens JupyterLab on the repository with the notebooks.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pandas as pd
 from omegaconf import OmegaConf
@@ -42,8 +48,21 @@ def main(argv: list[str] | None = None) -> int:
     demo = commands.add_parser("demo", help="train the settings that matter side by side; write figures and a table")
     demo.add_argument("dotlist", nargs="*", help="Hydra overrides for every run, e.g. lab.seed=1")
     demo.add_argument("--out", default=None, help="output folder (default: a fresh runs/demo-<time>/)")
-    args = parser.parse_args(argv)
+    launch = commands.add_parser(
+        "launch", help="export the experiment for Agent Lightning and run it there if possible"
+    )
+    launch.add_argument("dotlist", nargs="*", help="Hydra overrides over Agent Lightning's defaults")
+    launch.add_argument("--name", default="experiment", help="names the launch script (launch_<name>.py)")
+    launch.add_argument("--out", default=None, help="export folder (default: agl_export/<name>)")
+    commands.add_parser("lab", help="open JupyterLab on the repository's notebooks (other options go to jupyter lab)")
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "lab":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        if args.command == "launch":
+            return _launch(args.dotlist, name=args.name, out=args.out)
+        if args.command == "lab":
+            return _lab(extra)
         if args.command == "train":
             return _train(args.dotlist, show_config=args.show_config)
         if args.command == "demo":
@@ -102,6 +121,35 @@ def _demo(dotlist: list[str], *, out: str | None) -> int:
         print(f"  {path}")
     print(result.out_dir)
     return 130 if any(run.stopped for run in result.runs.values()) else 0
+
+
+def _launch(dotlist: list[str], *, name: str, out: str | None) -> int:
+    from agl_lab.handoff import INSTALL_HINT, agentlightning_available, export_experiment
+
+    cfg = compose_config(dotlist=dotlist)
+    if not _print_settings_and_findings(cfg):
+        return 1
+    out_dir = Path(out) if out else Path("agl_export") / name
+    export = export_experiment(cfg, out_dir, name=name)
+    script = out_dir / f"launch_{name}.py"
+    print(f"\nExported to {out_dir}/: overrides.yaml, dotlist.txt, {script.name}")
+    print("dotlist:", " ".join(export.dotlist) or "(Agent Lightning's defaults)")
+    if not agentlightning_available():
+        print("\n" + INSTALL_HINT.format(script=script), file=sys.stderr)
+        return 3
+    print(f"\nagentlightning is importable: running {script} (the key comes from $AGL_KEY)")
+    return subprocess.call([sys.executable, str(script)])
+
+
+def _lab(jupyter_args: list[str]) -> int:
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "notebooks").is_dir():
+        print(f"no notebooks/ next to the package at {root}: run from a clone (pip install -e .)", file=sys.stderr)
+        return 2
+    command = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={root}"]
+    command += ["--LabApp.default_url=/lab/tree/notebooks", *jupyter_args]
+    print(" ".join(command))
+    return subprocess.call(command)
 
 
 def _print_settings_and_findings(cfg) -> bool:

@@ -74,3 +74,40 @@ def test_demo_writes_figures_and_a_summary_table_and_prints_its_folder_last(tmp_
     assert [line.split(",")[0] for line in summary[1:]] == ["both_on", "both_off", "both_on_cap2"]
     assert (out / "summary.md").read_text().startswith("| setting |")
     assert all((out / "runs" / name / "metrics.jsonl").exists() for name in ("both_on", "both_off", "both_on_cap2"))
+
+
+def test_launch_exports_for_agent_lightning_and_says_what_to_install(tmp_path):
+    out = tmp_path / "export"
+    result = run(
+        "launch",
+        "algorithm.adv_estimator=grpo",
+        "agentlightning.max_ppo_update_times=2",
+        "agentlightning.agl_key=sk-do-not-export",
+        "--name",
+        "cap2",
+        "--out",
+        str(out),
+    )
+    assert result.returncode == 3, result.stderr  # exported, not launched: agentlightning needs Python >= 3.12
+    assert "agentlightning is not importable here" in result.stderr and "launch_cap2.py" in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["dotlist.txt", "launch_cap2.py", "overrides.yaml"]
+    assert (out / "dotlist.txt").read_text().split() == [
+        "algorithm.adv_estimator=grpo",
+        "agentlightning.max_ppo_update_times=2",
+    ]
+    for file in out.iterdir():
+        assert "sk-do-not-export" not in file.read_text()
+    assert "sk-do-not-export" not in result.stdout + result.stderr
+
+
+def test_launch_refuses_what_agent_lightning_would_refuse(tmp_path):
+    result = run("launch", "--out", str(tmp_path / "x"))  # AGL's defaults: gae with rollout-level advantage
+    assert result.returncode == 1 and "gae gives per-token advantages" in result.stdout
+    assert not (tmp_path / "x").exists()
+
+
+def test_lab_starts_jupyterlab_from_this_environment_on_the_notebooks():
+    result = run("lab", "--version")  # jupyter lab answers and exits: the real command, without a server
+    assert result.returncode == 0, result.stderr
+    assert "--ServerApp.root_dir=" in result.stdout and "/lab/tree/notebooks" in result.stdout
+    assert result.stdout.strip().splitlines()[-1][0].isdigit()  # jupyterlab's version
