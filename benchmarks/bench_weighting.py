@@ -25,7 +25,7 @@ import agl_lab  # noqa: I001  (first: it quiets verl's CPU-platform notices)
 from agl_lab import compose_config
 from agl_lab.synthetic import SyntheticKnobs, synthetic_rows
 from agl_lab.weighting import analyze_weighting
-from agl_lab.widgets import WeightingPanel
+from agl_lab.weighting_panel import WeightingPanel
 
 TARGET_MS = 200.0
 ESTIMATORS = ("grpo", "grpo_vectorized")

@@ -4,10 +4,10 @@ import pandas as pd
 import pytest
 
 from agl_lab import compose_config
-from agl_lab.rows import load_batch, sample_batch_path
+from agl_lab.batch_io import load_batch, sample_batch_path
 from agl_lab.synthetic import SyntheticKnobs, synthetic_rows
 from agl_lab.weighting import analyze_weighting, mode_from_config
-from agl_lab.widgets import WeightingPanel
+from agl_lab.weighting_panel import WeightingPanel
 
 KNOBS = SyntheticKnobs(n_prompts=4, rollouts_per_prompt=4, break_prob=0.4, seed=5)
 
@@ -128,68 +128,3 @@ def test_panel_on_a_loaded_batch_has_no_generator_knobs():
     assert len(panel.result.rows) == len(rows) == 81
     panel.controls["cap"].value = 1
     assert (panel.result.rows["fate"] == "kept").sum() == 4 * panel.settings()["ppo_mini_batch_size"]
-
-
-# --- TrainingPanel: short runs in a background thread ---
-
-
-@pytest.fixture
-def training_panel(tmp_path, monkeypatch):
-    from agl_lab import short_run_config
-    from agl_lab.widgets import TrainingPanel
-    from conftest import TINY_RUN
-
-    monkeypatch.chdir(tmp_path)  # each run gets a fresh runs/<time>-... folder here
-    return TrainingPanel(short_run_config(dotlist=[*TINY_RUN, "trainer.logger=[]"]), dpi=30, redraw_s=0.0)
-
-
-def test_training_panel_runs_in_a_thread_and_shows_figures_and_the_run_directory(training_panel):
-    panel = training_panel
-    panel.run_button.click()
-    assert panel.running and panel.run_button.disabled and not panel.stop_button.disabled
-    result = panel.wait(timeout=120)
-    assert not panel.running and panel.error is None
-    assert not result.stopped and len(result.history) == 2 and len(panel.history) == 2
-    assert all(len(figure.image.value) > 1000 for figure in panel.figures.values())
-    assert "Run finished" in panel.status.value and str(result.run_dir) in panel.links.value
-    assert (result.run_dir / "metrics.jsonl").exists()
-    assert not panel.run_button.disabled and panel.stop_button.disabled
-
-
-def test_training_panel_applies_its_widgets_to_the_run(training_panel):
-    panel = training_panel
-    c = panel.controls
-    c["rollout_level"].value = False
-    c["mode"].value = "token-mean"
-    c["cap"].value = 1
-    c["level"].value = "transition"
-    c["task_size"].value, c["max_turns"].value, c["rewrite_prob"].value = 3, 2, 0.0
-    c["steps"].value, c["seed"].value = 1, 9
-    panel.start()
-    cfg = panel.wait(timeout=120).config
-    assert cfg.algorithm.enable_rollout_level_advantage is False
-    assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "vanilla"
-    assert cfg.actor_rollout_ref.actor.loss_agg_mode == "token-mean"
-    assert cfg.agentlightning.max_ppo_update_times == 1 and cfg.agentlightning.trace_aggregator.level == "transition"
-    assert (cfg.lab.task_size, cfg.lab.max_turns, cfg.lab.rewrite_prob, cfg.lab.seed) == (3, 2, 0.0, 9)
-    assert cfg.trainer.total_training_steps == 1 and len(panel.history) == 1
-    assert panel.cfg.lab.run_dir is None  # the panel's own config is not tied to one run directory
-
-
-def test_stop_ends_the_run_early_and_keeps_what_finished(training_panel):
-    panel = training_panel
-    panel.controls["steps"].value = 500
-    panel.start()
-    panel.stop_button.click()
-    result = panel.wait(timeout=120)
-    assert result.stopped and len(result.history) < 500
-    assert "Run stopped" in panel.status.value and (result.run_dir / "policy").exists()
-
-
-def test_a_refused_config_is_shown_in_red_and_the_panel_stays_usable(training_panel):
-    panel = training_panel
-    panel.controls["ppo_mini_batch_size"].value = 5  # larger than data.train_batch_size=2: the doctor refuses
-    panel.start()
-    assert panel.wait(timeout=120) is None
-    assert "ppo_mini_batch_size (5) is larger than data.train_batch_size (2)" in panel.error
-    assert "Run failed" in panel.status.value and not panel.run_button.disabled
