@@ -160,6 +160,8 @@ def _wandb_location(run_dir: Path) -> str | None:
     run = wandb.run
     if run is None or getattr(run, "disabled", False) or not Path(run.dir).resolve().is_relative_to(run_dir.resolve()):
         return None
+    if run.offline:  # asking an offline run for its URL makes wandb print a warning
+        return str(Path(run.dir).parent)
     return run.url or str(Path(run.dir).parent)
 
 

@@ -22,7 +22,7 @@ import torch
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-import agl_lab  # noqa: I001  (first: it quiets verl's CPU-platform notices)
+import agl_lab
 from agl_lab import compute_rollout_level_advantage, normalize_advantages_by_rollout
 
 

@@ -162,3 +162,9 @@ def test_rows_feed_the_pipeline():
     assert metrics["training/rollout_level_advantage/n_rows"] == 6
     assert metrics["training/rollout_level_advantage/n_rollouts"] == 4
     assert torch.isfinite(batch.batch["advantages"]).all()
+
+
+@pytest.mark.parametrize("bad", [[1.0, 2.0], [True, False], ["a"], [[1, 2]], [1, None]])
+def test_token_ids_must_be_integers(bad):
+    with pytest.raises(ValueError, match="prompt_ids must be a list of integer token ids"):
+        agg([Rollout("r", "q", [LLMCall(bad, [2])], 1.0)])
