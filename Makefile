@@ -1,6 +1,6 @@
 # Two commands set up and use agl_lab on a fresh machine; both create or refresh .venv/ first:
-#   make check  the main job on the embedded default (CPU, no downloads): agl-lab check
-#   make test   the whole test suite (what .ci/run calls)
+#   make demo   the main job on the embedded default (CPU, no downloads): three short runs side by side
+#   make test   the whole test suite, notebooks and browser tests included (what .ci/run calls)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
