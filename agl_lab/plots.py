@@ -93,7 +93,9 @@ def rollout_weight_by_mode(
     if not n_rollouts:
         _empty_note(ax, "no row left after the drops: the trainer skips this step")
     ax.set_title(_weights_title(n_rollouts))
-    ax.legend(title="rows per rollout", fontsize=8, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.legend(
+        title="rows per rollout (kept)", fontsize=8, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0)
+    )
     return fig
 
 
@@ -414,16 +416,21 @@ def _weight_stats(
 ) -> tuple[list[str], dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]], dict[int, str], np.ndarray, int]:
     """Per rows-per-rollout class: mean, 10th and 90th percentile of the relative weight under each mode."""
     level = rollouts["rollout_level"].iloc[0] if len(rollouts) else True
-    frame = rollouts[(rollouts["rollout_level"] == level) & (rollouts["rows_kept"] > 0)]
-    modes = list(modes) if modes is not None else list(frame["mode"].unique())
-    classes, labels = _row_classes(frame["rows_kept"].to_numpy())
+    batch = rollouts[rollouts["rollout_level"] == level]
+    frame = batch[batch["rows_kept"] > 0]
+    modes = list(modes) if modes is not None else list(batch["mode"].unique())
+    # The classes (bars) come from the batch as aggregated, so that drops change the bars' heights, never which
+    # bars there are: a class no trained rollout falls in keeps its slot, empty (NaN draws nothing).
+    all_classes, labels = _row_classes(batch["rows"].to_numpy())
+    classes = np.minimum(frame["rows_kept"].to_numpy(), _MAX_CLASS)
     # one grouped pass for every (class, mode): a loop of per-class groupbys costs ~5× more at 10k rollouts
     grouped = frame.assign(row_class=classes).groupby(["row_class", "mode"], sort=False)["relative_weight"]
     stats = pd.DataFrame({"mean": grouped.mean(), "low": grouped.quantile(0.1), "high": grouped.quantile(0.9)})
+    present = set(stats.index.get_level_values("row_class"))
     per_class = {}
-    for cls in sorted(set(classes)):
-        part = stats.xs(cls, level="row_class").reindex(modes)
-        per_class[cls] = (part["mean"].to_numpy(), part["low"].to_numpy(), part["high"].to_numpy())
+    for cls in sorted(set(all_classes)):
+        part = stats.xs(cls, level="row_class").reindex(modes) if cls in present else pd.DataFrame(index=modes)
+        per_class[cls] = tuple(part.get(c, pd.Series(np.nan, index=modes)).to_numpy() for c in ("mean", "low", "high"))
     totals = frame.groupby("mode", sort=False)["weight"].sum().reindex(modes, fill_value=0.0).to_numpy()
     n_rollouts = int((frame["mode"] == modes[0]).sum()) if modes else 0
     return modes, per_class, labels, totals, n_rollouts

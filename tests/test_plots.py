@@ -187,7 +187,9 @@ def test_in_place_updates_of_the_weight_and_cap_figures_match_fresh_drawings():
     capped = analysed("actor_rollout_ref.actor.ppo_mini_batch_size=1", "agentlightning.max_ppo_update_times=1")
 
     def shown(ax):
-        heights = [round(p.get_height(), 9) for c in ax.containers for p in c.patches]
+        heights = [
+            round(h, 9) if np.isfinite(h := p.get_height()) else "empty" for c in ax.containers for p in c.patches
+        ]
         bottoms = [p.get_y() for c in ax.containers for p in c.patches]
         texts = [t.get_text() for t in ax.texts] + [t.get_text() for t in ax.get_legend().get_texts()]
         return heights, bottoms, texts, ax.get_title(), ax.get_ylim()
@@ -195,12 +197,17 @@ def test_in_place_updates_of_the_weight_and_cap_figures_match_fresh_drawings():
     modes = {"modes": list(MODES), "highlight": "token-mean"}
     for draw, update, before, after, kwargs in (
         (plots.rollout_weight_by_mode, plots.update_rollout_weight_by_mode, three.rollouts, six.rollouts, modes),
+        # the cap leaves no rollout with 2 kept rows (b and c keep 1 or 0): the "2" bars stay, empty
+        (plots.rollout_weight_by_mode, plots.update_rollout_weight_by_mode, three.rollouts, capped.rollouts, modes),
         (plots.cap_drops, plots.update_cap_drops, three.rows, capped.rows, {}),
     ):
         ax = draw(before, **kwargs).axes[0]
         assert shown(ax) != shown(draw(after, **kwargs).axes[0])
         assert update(ax, after, **kwargs)
         assert shown(ax) == shown(draw(after, **kwargs).axes[0])
+    classes = plots.rollout_weight_by_mode(capped.rollouts, **modes).axes[0].containers
+    assert [c.get_label() for c in classes] == ["1", "2"]
+    assert all(np.isnan(p.get_height()) for p in classes[1].patches)
     # another structure (the seed example has other row classes and fates): the update declines, changing nothing
     seed_rows, cfg = seed_example()
     other, _ = analyze_weighting(seed_rows, cfg)
