@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from agl_lab import plots
+from agl_lab import training_plots
 from agl_lab.pipeline import mini_batch_rows
 from agl_lab.trainer import TrainResult, short_run_config, train
 
@@ -78,7 +78,7 @@ def run_demo(
     files = [out / "summary.csv", out / "summary.md"]
     summary.to_csv(files[0], index=False)
     files[1].write_text(_markdown(summary))
-    for kind, figure in plots.compare_runs({name: r.history for name, r in runs.items()}).items():
+    for kind, figure in training_plots.compare_runs({name: r.history for name, r in runs.items()}).items():
         files.append(out / f"{kind}.png")
         figure.savefig(files[-1], dpi=110)
     return DemoResult(out_dir=out.resolve(), summary=summary, runs=runs, files=files)
@@ -114,7 +114,7 @@ def summarize(runs: Mapping[str, TrainResult], *, walls: Mapping[str, float] | N
 def success_first_last(history: pd.DataFrame) -> tuple[float, float]:
     """Mean success rate over the first and over the last 20% of a run's steps (at least one step each):
     learning is visible when the second is well above the first."""
-    success = history[plots.SUCCESS]
+    success = history[training_plots.SUCCESS]
     k = max(1, len(success) // 5)
     return float(success.iloc[:k].mean()), float(success.iloc[-k:].mean())
 

@@ -17,7 +17,7 @@ import ipywidgets as w
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from agl_lab import plots
+from agl_lab import training_plots
 from agl_lab.handoff import format_dotlist
 from agl_lab.weighting import mode_settings
 from agl_lab.widgets import WIDE, LiveFigure, settings_controls
@@ -152,11 +152,11 @@ class TrainingPanel:
 
     def _redraw(self) -> None:
         history, step = self.history, int(self.history["step"].iloc[-1])
-        self.figures["success"].render((step,), lambda ax: plots.success_curve(history, ax=ax))
+        self.figures["success"].render((step,), lambda ax: training_plots.success_curve(history, ax=ax))
         self.figures["rows"].render(
-            (step,), lambda ax: plots.n_rows_vs_n_rollouts(plots.aggregated_counts(history), ax=ax)
+            (step,), lambda ax: training_plots.n_rows_vs_n_rollouts(training_plots.aggregated_counts(history), ax=ax)
         )
-        self.figures["drops"].render((step,), lambda ax: plots.step_rows(history, ax=ax))
+        self.figures["drops"].render((step,), lambda ax: training_plots.step_rows(history, ax=ax))
         self._last_draw = time.monotonic()
 
     def _controls(self, cfg: DictConfig) -> dict[str, w.ValueWidget]:

@@ -2,7 +2,6 @@ import functools
 
 import matplotlib
 import numpy as np
-import pandas as pd
 import pytest
 from matplotlib.collections import PathCollection
 from matplotlib.figure import Figure
@@ -39,7 +38,6 @@ def test_figures_are_made_without_pyplot_and_labelled():
         "hist": plots.rows_per_rollout_histogram(result.rows),
         "mass": plots.mass_vs_rows(result.rollouts, mode="token-mean"),
         "cap": plots.cap_drops(result.rows),
-        "history": plots.n_rows_vs_n_rollouts(pd.DataFrame({"n_rows": [5, 4], "n_rollouts": [3, 3]})),
     }
     assert plt.get_fignums() == open_before  # nothing left open in pyplot's registry
     for name, fig in figures.items():
@@ -116,22 +114,6 @@ def test_cap_drops_stacks_rows_by_fate():
     total = sum(p.get_height() for p in ax.patches)
     assert total == len(result.rows) == 7
     assert ax.get_title().startswith("Rows kept for the update: 3 of 7")
-
-
-def test_n_rows_vs_n_rollouts_reads_agent_lightnings_metric_names():
-    history = pd.DataFrame(
-        {
-            "step": [0, 1, 2],
-            "training/rollout_level_advantage/n_rows": [12, 10, 8],
-            "training/rollout_level_advantage/n_rollouts": [6, 6, 6],
-        }
-    )
-    fig = plots.n_rows_vs_n_rollouts(history)
-    ax, scale = fig.axes
-    n_rows, n_rollouts = ax.lines[:2]
-    assert n_rows.get_ydata().tolist() == [12, 10, 8] and n_rollouts.get_ydata().tolist() == [6, 6, 6]
-    # the v1.0 batch total n_rollouts / n_rows: 1/2, 3/5, 3/4
-    assert scale.lines[0].get_ydata() == pytest.approx([0.5, 0.6, 0.75])
 
 
 def test_empty_results_draw_a_note_instead_of_failing():
@@ -214,52 +196,3 @@ def test_in_place_updates_of_the_weight_and_cap_figures_match_fresh_drawings():
     ax = plots.cap_drops(three.rows).axes[0]
     unchanged = shown(ax)
     assert not plots.update_cap_drops(ax, other.rows) and shown(ax) == unchanged
-
-
-# --- short-run figures: metric histories of agl_lab.train ---
-
-
-def short_run_history():
-    """3 steps of a short run; step 3 dropped 4 rows from same-reward groups and 2 at random."""
-    return pd.DataFrame(
-        {
-            "step": [1, 2, 3],
-            "lab/success_rate": [0.0, 0.5, 1.0],
-            "training/n_sample": [12, 10, 14],
-            "training/n_rollouts": [8, 8, 8],
-            "training/n_sample_trained": [12, 8, 8],
-            "training/n_sample_dropped/same_reward": [0, 2, 4],
-            "training/n_sample_dropped/random": [0, 0, 2],
-            "training/n_sample_dropped/marked": [0, 0, 0],
-        }
-    )
-
-
-def test_success_curve_draws_the_rate_and_its_rolling_mean():
-    ax = plots.success_curve(short_run_history(), window=2, label="run a").axes[0]
-    smooth, raw = ax.lines
-    assert raw.get_ydata().tolist() == [0.0, 0.5, 1.0]
-    assert smooth.get_ydata().tolist() == pytest.approx([0.0, 0.25, 0.75])  # means of (0), (0, .5), (.5, 1)
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["run a"]
-
-
-def test_step_rows_stacks_trained_and_dropped_rows_to_the_collected_count():
-    ax = plots.step_rows(short_run_history()).axes[0]
-    heights = {}
-    for bar in ax.patches:
-        heights.setdefault(bar.get_x() + bar.get_width() / 2, []).append(bar.get_height())
-    assert [sum(v) for _, v in sorted(heights.items())] == [12, 10, 14]  # = training/n_sample per step
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == ["kept: 28", "dropped: same-reward group: 6", "dropped: random: 2"]  # no marked drops: no entry
-
-
-def test_training_overview_and_compare_runs_draw_every_panel():
-    history = short_run_history()
-    overview = plots.training_overview(history, title="t")
-    assert len(overview.axes) == 4  # success, n_rows vs n_rollouts (+ its scale axis), rows per step
-    figures = plots.compare_runs({"on": history, "off": history.assign(**{"lab/success_rate": [0.0, 0.0, 0.5]})})
-    assert set(figures) == {"success", "rows_vs_rollouts", "drops"}
-    assert [t.get_text() for t in figures["success"].axes[0].get_legend().get_texts()] == ["on", "off"]
-    assert [ax.get_title().split("\n")[0] for ax in figures["drops"].axes] == ["on", "off"]
-    counts = plots.aggregated_counts(history)
-    assert counts["n_rows"].tolist() == [12, 10, 14] and counts["n_rollouts"].tolist() == [8, 8, 8]
