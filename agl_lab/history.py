@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -81,10 +82,11 @@ def read_run_dir(path: str | Path, *, setting: str | None = None, seed: int | No
 
 def read_wandb_offline(path: str | Path, *, include_incomplete: bool = False) -> pd.DataFrame:
     """Every offline W&B run below ``path``; runs without their exit record are left out unless asked for."""
-    tables = []
+    tables, unfinished = [], []
     for file in find_offline_runs(path):
         run = read_offline_run(file)
         if not run.complete and not include_incomplete:
+            unfinished.append(file.parent.name)
             continue
         tables.append(
             _long(
@@ -94,6 +96,12 @@ def read_wandb_offline(path: str | Path, *, include_incomplete: bool = False) ->
                 setting=_get(run.config, "trainer.experiment_name") or run.name or run.run_id,
                 seed=_get(run.config, "lab.seed"),
             )
+        )
+    if unfinished:
+        warnings.warn(
+            f"left out {len(unfinished)} unfinished offline W&B run(s) below {path} (no exit record yet: still "
+            f"running, or crashed): {', '.join(unfinished)}; include_incomplete=True reads them as they are",
+            stacklevel=2,
         )
     if not tables:
         raise ValueError(f"no finished offline W&B run below {path} (a run is finished once it has its exit record)")

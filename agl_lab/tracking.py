@@ -32,8 +32,12 @@ from omegaconf import DictConfig, OmegaConf
 from verl.utils.tracking import Tracking
 
 from agl_lab.secrets import redact, redact_argv
+from agl_lab.wandb_offline import wait_for_exit
 
 __all__ = ["Tracker", "TrackerWarning", "open_tracker", "plain_metrics", "wandb_key_configured"]
+
+
+EXIT_RECORD_TIMEOUT_S = 10.0  # how long finish() waits for an offline W&B run's exit record
 
 
 class TrackerWarning(UserWarning):
@@ -60,11 +64,15 @@ class Tracker:
                 )
 
     def finish(self, *, exit_code: int = 0) -> None:
+        """Finish every backend; an offline W&B run is complete on disk (its exit record written) on return."""
         for name, backend in list(self.backends.items()):
             try:
                 backend.finish(exit_code=exit_code)
             except Exception as exc:  # noqa: BLE001
                 _warn(f"tracker backend {name!r} failed to finish ({type(exc).__name__}: {exc})")
+                continue
+            if name == "wandb" and self.wandb_run and Path(self.wandb_run).is_dir():
+                _await_exit_record(Path(self.wandb_run))
         self.backends.clear()
 
 
@@ -163,6 +171,24 @@ def _wandb_location(run_dir: Path) -> str | None:
     if run.offline:  # asking an offline run for its URL makes wandb print a warning
         return str(Path(run.dir).parent)
     return run.url or str(Path(run.dir).parent)
+
+
+def _await_exit_record(folder: Path) -> None:
+    """Wait until an offline W&B run's exit record is on disk; warn if it does not come.
+
+    ``wandb.finish()`` can return before its service writes the record, and readers skip a run without one: a
+    sweep read right after its last cell finished would miss that cell's run.
+    """
+    try:
+        complete = wait_for_exit(folder, timeout_s=EXIT_RECORD_TIMEOUT_S).complete
+    except (OSError, ValueError) as exc:  # no run file, or one the reader refuses
+        _warn(f"could not read the offline W&B run {folder} back ({exc})")
+        return
+    if not complete:
+        _warn(
+            f"the offline W&B run {folder} has no exit record {EXIT_RECORD_TIMEOUT_S:g} s after finishing; readers "
+            "skip it until it has one (read_wandb_offline(..., include_incomplete=True) reads it as it is)"
+        )
 
 
 def _warn(message: str) -> None:

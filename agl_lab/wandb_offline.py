@@ -12,19 +12,21 @@ file is the only record of a run's history, config and summary. Its framing is L
   ``summary`` updates and, once the run finished, ``exit``.
 
 This is a private format, which is why ``wandb`` is pinned; tests log real offline runs and read them back.
-A run is complete only when its ``exit`` record is present (a read right after ``finish()`` can lag).
+A run is complete only when its ``exit`` record is present. ``wandb.finish()`` can return before wandb's
+service has written it, so whoever reads a run right after finishing it waits with :func:`wait_for_exit`.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OfflineRun", "find_offline_runs", "read_offline_run"]
+__all__ = ["OfflineRun", "find_offline_runs", "read_offline_run", "wait_for_exit"]
 
 _MAGIC = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
 _BLOCK = 32 * 1024
@@ -87,6 +89,19 @@ def read_offline_run(path: str | Path) -> OfflineRun:
             run.complete, run.exit_code = True, record.exit.exit_code
     run.config.pop("_wandb", None)
     return run
+
+
+def wait_for_exit(path: str | Path, *, timeout_s: float = 10.0, poll_s: float = 0.05) -> OfflineRun:
+    """Read the run at ``path`` until it has its exit record or ``timeout_s`` passed; returns the last read.
+
+    Check ``complete`` on the result: False means the run has not finished (or its writer is gone).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        run = read_offline_run(path)
+        if run.complete or time.monotonic() >= deadline:
+            return run
+        time.sleep(poll_s)
 
 
 def _run_file(path: Path) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 import agl_lab  # noqa: E402,F401  (registers per_rollout_mean)
 from agl_lab.rows import rows_from_plan  # noqa: E402
+from agl_lab.wandb_offline import wait_for_exit  # noqa: E402
 
 
 def make_rows(plan, *, masks=None):
@@ -78,6 +80,7 @@ def log_offline_run(tmp_path, monkeypatch, *, steps=5, config=None, finish=True,
     run.summary["final_note"] = 7
     if finish:
         run.finish()
+        assert wait_for_exit(Path(run.dir).parent).complete, "wandb wrote no exit record within 10 s"
     return run
 
 

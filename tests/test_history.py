@@ -1,5 +1,6 @@
 import re
 import types
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -13,6 +14,7 @@ from agl_lab.history import (
     read_run_dir,
     read_verl_jsonl,
     read_wandb_csv,
+    read_wandb_offline,
     read_wandb_online,
     require_metrics,
 )
@@ -40,7 +42,14 @@ def test_agl_lab_run_directory(tmp_path):
 
 def test_offline_wandb_runs_skip_unfinished_ones(tmp_path, monkeypatch):
     log_offline_run(tmp_path, monkeypatch, steps=3, config={"trainer": {"experiment_name": "cap2"}, "lab": {"seed": 4}})
-    table = read_history(tmp_path)
+    crashed = log_offline_run(tmp_path, monkeypatch, steps=3, name="crashed", config={"lab": {"seed": 5}})
+    crashed_dir = Path(crashed.dir).parent
+    (crashed_file,) = crashed_dir.glob("run-*.wandb")
+    data = crashed_file.read_bytes()
+    crashed_file.write_bytes(data[: len(data) * 2 // 3])  # no exit record: as a crash leaves a run
+    with pytest.warns(UserWarning, match=f"left out 1 unfinished offline W&B run\\(s\\) .*: {crashed_dir.name};"):
+        table = read_history(tmp_path)
+    assert set(read_wandb_offline(tmp_path, include_incomplete=True).seed) == {4, 5}
     assert values(table, "training/reward") == [0.0, 0.5, 1.0]
     assert set(table.setting) == {"cap2"} and set(table.seed) == {4} and set(table.source) == {"wandb-offline"}
     assert "text_is_skipped" not in set(table.metric) and not any(m.startswith("_") for m in table.metric)

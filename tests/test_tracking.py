@@ -4,7 +4,6 @@ and secrets that never reach a tracker, the run directory or the console."""
 import functools
 import os
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -13,9 +12,9 @@ import torch
 import agl_lab
 from agl_lab import short_run_config, train
 from agl_lab.secrets import redact_argv
-from agl_lab.tracking import TrackerWarning, open_tracker, plain_metrics, wandb_key_configured
+from agl_lab.tracking import Tracker, TrackerWarning, open_tracker, plain_metrics, wandb_key_configured
 from agl_lab.wandb_offline import find_offline_runs, read_offline_run
-from conftest import TINY_RUN
+from conftest import TINY_RUN, log_offline_run
 
 SECRET = "sk-do-not-leak-4711"
 SECRETS = (f"agentlightning.agl_key={SECRET}", f"+agentlightning.local.env_map.OPENAI_API_KEY={SECRET}")
@@ -61,13 +60,9 @@ def own_environ():
 
 
 def finished_offline_run(run_dir):
+    """The run's W&B file, read at once: train() returns only after the exit record is on disk."""
     (run_file,) = find_offline_runs(run_dir / "wandb")
-    for _ in range(50):  # the exit record can land a moment after finish()
-        run = read_offline_run(run_file)
-        if run.complete:
-            break
-        time.sleep(0.1)
-    return run_file, run
+    return run_file, read_offline_run(run_file)
 
 
 def test_wandb_is_offline_by_default_and_the_run_sits_in_the_run_directory(tmp_path, monkeypatch):
@@ -200,3 +195,17 @@ def test_redact_argv_masks_secret_dotlist_items_and_flags():
         "d",
         "agentlightning.agl_key=",  # empty: nothing to hide, and a reader sees none was set
     ]
+
+
+def test_finish_warns_when_an_offline_wandb_run_never_gets_its_exit_record(tmp_path, monkeypatch):
+    log_offline_run(tmp_path, monkeypatch, steps=3)
+    (run_file,) = find_offline_runs(tmp_path)
+    data = run_file.read_bytes()
+    run_file.write_bytes(data[: len(data) * 2 // 3])  # as a killed wandb service leaves it: no exit record
+    monkeypatch.setattr(agl_lab.tracking, "EXIT_RECORD_TIMEOUT_S", 0.3)
+    backend = Recorder.__new__(Recorder)  # a backend that finishes without writing anything
+    backend.finished = None
+    tracker = Tracker({"wandb": backend}, wandb_run=str(run_file.parent))
+    with pytest.warns(TrackerWarning, match=f"the offline W&B run {run_file.parent} has no exit record 0.3 s after"):
+        tracker.finish()
+    assert backend.finished == 0 and tracker.backends == {}
