@@ -2,6 +2,7 @@ import functools
 
 import matplotlib
 import numpy as np
+import pandas as pd
 import pytest
 from matplotlib.collections import PathCollection
 from matplotlib.figure import Figure
@@ -67,6 +68,29 @@ def test_weight_by_mode_bars_are_mean_relative_weights_per_rows_class():
     sums = [t.get_text() for t in ax.texts if t.get_text().startswith("Σ")]
     assert sums == ["Σ = 1", "Σ = 0.667"]  # the batch totals: seq-mean-token-mean 1, v1.0 2/3
     assert [t.get_text() for t in ax.get_legend().get_texts()][-2:] == ["1", "2"]
+
+
+def test_weight_bars_cover_every_class_up_to_the_largest_rollout():
+    # A was split into 3 rows and kept 2, B and C kept their one row, D (3 rows) kept none: the bars are the
+    # classes 1, 2, 3 — class 2 holds A although no rollout was aggregated into 2 rows, class 3 is empty.
+    rollouts = pd.DataFrame(
+        {
+            "mode": "token-mean",
+            "rollout_level": True,
+            "rows": [3, 1, 1, 3],
+            "rows_kept": [2, 1, 1, 0],
+            "weight": [0.5, 0.2, 0.3, 0.0],
+            "relative_weight": [1.5, 0.6, 0.9, 0.0],  # share × 3 trained rollouts
+        }
+    )
+    ax = plots.rollout_weight_by_mode(rollouts).axes[0]
+    assert [c.get_label() for c in ax.containers] == ["1", "2", "3"]
+    heights = [c.patches[0].get_height() for c in ax.containers]
+    assert heights[:2] == pytest.approx([0.75, 1.5]) and np.isnan(heights[2])  # class 1: mean of 0.6 and 0.9
+    (whisker_1, whisker_2) = ax.collections[0].get_segments()  # 10th–90th percentile: 0.63–0.87, then 1.5–1.5
+    assert whisker_1[:, 1] == pytest.approx([0.63, 0.87]) and whisker_2[:, 1] == pytest.approx([1.5, 1.5])
+    assert [t.get_text() for t in ax.texts if t.get_text().startswith("Σ")] == ["Σ = 1"]
+    assert ax.get_title().endswith("(3 rollouts trained)")
 
 
 def test_highlight_moves_to_the_chosen_mode():
