@@ -74,7 +74,10 @@ def log_offline_run(tmp_path, monkeypatch, *, steps=5, config=None, finish=True,
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    run = wandb.init(project="agl-lab-test", name=name, dir=str(tmp_path), config=config or {"lab": {"seed": 3}})
+    # mode passed explicitly: W&B reads WANDB_MODE once per process, and an earlier test may have set it up
+    run = wandb.init(
+        project="agl-lab-test", name=name, dir=str(tmp_path), mode="offline", config=config or {"lab": {"seed": 3}}
+    )
     for step in range(steps):
         run.log({"training/reward": step / 2, "lab/success_rate": step / 10, "text_is_skipped": "x"}, step=step)
     run.summary["final_note"] = 7

@@ -197,14 +197,13 @@ def test_redact_argv_masks_secret_dotlist_items_and_flags():
     ]
 
 
-def test_finish_warns_when_an_offline_wandb_run_never_gets_its_exit_record(tmp_path, monkeypatch):
+def test_finish_warns_when_an_offline_wandb_run_never_gets_its_exit_record(tmp_path, monkeypatch, recorder):
     log_offline_run(tmp_path, monkeypatch, steps=3)
     (run_file,) = find_offline_runs(tmp_path)
     data = run_file.read_bytes()
     run_file.write_bytes(data[: len(data) * 2 // 3])  # as a killed wandb service leaves it: no exit record
     monkeypatch.setattr(agl_lab.tracking, "EXIT_RECORD_TIMEOUT_S", 0.3)
-    backend = Recorder.__new__(Recorder)  # a backend that finishes without writing anything
-    backend.finished = None
+    backend = recorder("p", "e", ["wandb"], {})  # a backend that finishes without writing anything
     tracker = Tracker({"wandb": backend}, wandb_run=str(run_file.parent))
     with pytest.warns(TrackerWarning, match=f"the offline W&B run {run_file.parent} has no exit record 0.3 s after"):
         tracker.finish()
