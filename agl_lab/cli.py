@@ -6,11 +6,11 @@ built-in batch (rollouts of 1–3 rows), printing each row's advantage mass and 
 
 ``agl-lab train [key.path=value ...]`` runs a short training run (``agl_lab.short_run_config`` + the dotlist)
 and prints its run directory as the last line. ``agl-lab demo [--out DIR] [key.path=value ...]`` trains the
-settings that matter side by side and writes figures and a summary table (``agl_lab.demo``).
+settings that matter side by side and writes figures and a summary table (``agl_lab.training.demo``).
 
 ``agl-lab launch [key.path=value ...]`` exports the experiment for Agent Lightning's real trainer (overrides,
-dotlist, launch script; :mod:`agl_lab.handoff`) and runs it when ``agentlightning`` is importable, else says what to
-install. ``agl-lab lab`` opens JupyterLab on the repository with the notebooks.
+dotlist, launch script; :mod:`agl_lab.config.handoff`) and runs it when ``agentlightning`` is importable, else says
+what to install. ``agl-lab lab`` opens JupyterLab on the repository with the notebooks.
 """
 
 from __future__ import annotations
@@ -24,16 +24,12 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
-from agl_lab.config import ConfigError, compose_config
-from agl_lab.doctor import diagnose
-from agl_lab.pipeline import mini_batch_rows, prepare_batch
-from agl_lab.rows import EXAMPLE_OVERRIDES, example_rows, rows_frame
-
-SETTINGS = (
-    "algorithm.enable_rollout_level_advantage",
-    "actor_rollout_ref.actor.policy_loss.loss_mode",
-    "agentlightning.max_ppo_update_times",
-)
+from agl_lab.config.compose import ConfigError, compose_config, short_run_config
+from agl_lab.config.doctor import diagnose
+from agl_lab.config.settings import SETTINGS
+from agl_lab.core.pipeline import mini_batch_rows, prepare_batch
+from agl_lab.core.rows import rows_frame
+from agl_lab.lab.examples import EXAMPLE_OVERRIDES, example_rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(dotlist: list[str], *, show_config: bool) -> int:
-    from agl_lab.demo import success_first_last
-    from agl_lab.runs import resolved_config_yaml
-    from agl_lab.trainer import short_run_config, train
+    from agl_lab.curves.summary import SUCCESS, success_first_last
+    from agl_lab.training.runs import resolved_config_yaml
+    from agl_lab.training.trainer import train
 
     cfg = short_run_config(dotlist=dotlist)
     if show_config:
@@ -86,7 +82,7 @@ def _train(dotlist: list[str], *, show_config: bool) -> int:
     result = train(cfg)
     history = result.history
     if len(history):
-        first, last = success_first_last(history)
+        first, last = success_first_last(history[SUCCESS])
         print(
             f"{len(history)} steps{' (stopped early)' if result.stopped else ''}; success rate "
             f"{first:.2f} over the first 20% of steps -> {last:.2f} over the last"
@@ -98,33 +94,25 @@ def _train(dotlist: list[str], *, show_config: bool) -> int:
 
 
 def _demo(dotlist: list[str], *, out: str | None) -> int:
-    from agl_lab.demo import DEMO_SETTINGS, run_demo
+    from agl_lab.config.settings import DEMO_SETTINGS
+    from agl_lab.training.demo import demo_summary, run_demo
 
     print("Settings, one short run each:")
     for name, items in DEMO_SETTINGS.items():
         print(f"  {name:<14} {' '.join(items)}")
     result = run_demo(out_dir=out, dotlist=dotlist)
-    columns = [
-        "setting",
-        "success_first_20pct",
-        "success_last_20pct",
-        "rows_per_rollout",
-        "rows_trained_per_step",
-        "dropped_same_reward",
-        "dropped_random",
-        "updates_per_step",
-        "wall_s",
-    ]
-    print("\n" + result.summary[columns].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    if not result.table.empty:
+        summary = demo_summary(result).drop(columns=["n_seeds", "steps"], errors="ignore")
+        print("\n" + summary.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     print("\nWritten:")
-    for path in result.files:
+    for path in result.figures.values():
         print(f"  {path}")
-    print(result.out_dir)
-    return 130 if any(run.stopped for run in result.runs.values()) else 0
+    print(result.sweep_dir.resolve())
+    return 130 if result.stopped else 0
 
 
 def _launch(dotlist: list[str], *, name: str, out: str | None) -> int:
-    from agl_lab.handoff import INSTALL_HINT, agentlightning_available, export_experiment
+    from agl_lab.config.handoff import INSTALL_HINT, export_experiment, launch_blockers
 
     cfg = compose_config(dotlist=dotlist)
     if not _print_settings_and_findings(cfg):
@@ -134,10 +122,11 @@ def _launch(dotlist: list[str], *, name: str, out: str | None) -> int:
     script = out_dir / f"launch_{name}.py"
     print(f"\nExported to {out_dir}/: overrides.yaml, dotlist.txt, {script.name}")
     print("dotlist:", " ".join(export.dotlist) or "(Agent Lightning's defaults)")
-    if not agentlightning_available():
-        print("\n" + INSTALL_HINT.format(script=script), file=sys.stderr)
+    blockers = launch_blockers()
+    if blockers:
+        print("\n" + INSTALL_HINT.format(script=script, reasons="; ".join(blockers)), file=sys.stderr)
         return 3
-    print(f"\nagentlightning is importable: running {script} (the key comes from $AGL_KEY)")
+    print(f"\nAgent Lightning's trainer can run here: running {script} (the key comes from $AGL_KEY)")
     return subprocess.call([sys.executable, str(script)])
 
 
@@ -154,9 +143,7 @@ def _lab(jupyter_args: list[str]) -> int:
 
 def _print_settings_and_findings(cfg) -> bool:
     """The three settings and the doctor's findings; False when the doctor found an error."""
-    print("The three per-rollout settings, as resolved:")
-    for key in (*SETTINGS, "lab.per_rollout_divisor", "agentlightning.trace_aggregator.level"):
-        print(f"  {key:<48} {_show(cfg, key)}")
+    _print_settings(cfg)
     findings = diagnose(cfg)
     for finding in findings:
         print(f"  {finding}")
@@ -167,12 +154,7 @@ def _check(dotlist: list[str], *, show_config: bool) -> int:
     cfg = compose_config(overrides=EXAMPLE_OVERRIDES, dotlist=dotlist)
     if show_config:
         print(OmegaConf.to_yaml(cfg, resolve=True))
-    print("The three per-rollout settings, as resolved:")
-    for key in SETTINGS:
-        print(f"  {key:<48} {_show(cfg, key)}")
-    divisor = cfg.lab.per_rollout_divisor
-    print(f"  {'lab.per_rollout_divisor':<48} {divisor}  (rows = Agent Lightning v1.0, rollouts = Eq. 16)")
-    print(f"  {'algorithm.adv_estimator':<48} {cfg.algorithm.adv_estimator}")
+    _print_settings(cfg)
     print(f"  {'PPO mini-batch (ppo_mini_batch_size x rollout.n)':<48} {mini_batch_rows(cfg)} rows")
 
     findings = diagnose(cfg)
@@ -209,8 +191,20 @@ def _check(dotlist: list[str], *, show_config: bool) -> int:
     return 0
 
 
-def _show(cfg, key: str) -> str:
-    value = OmegaConf.select(cfg, key)
+def _print_settings(cfg) -> None:
+    """The settings of the catalogue as resolved, with Agent Lightning's default where they differ."""
+    print("The per-rollout settings, as resolved:")
+    for key, setting in SETTINGS.items():
+        default = setting.default
+        note = "" if OmegaConf.select(cfg, key) == default else f"  (Agent Lightning: {_show_value(key, default)})"
+        print(f"  {key:<48} {_show(cfg, key)}{note}")
+
+
+def _show_value(key: str, value) -> str:
     if value is None:
         return "null" + (" (no cap)" if key.endswith("max_ppo_update_times") else "")
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _show(cfg, key: str) -> str:
+    return _show_value(key, OmegaConf.select(cfg, key))

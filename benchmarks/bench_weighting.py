@@ -23,9 +23,9 @@ import torch
 
 import agl_lab  # noqa: I001  (first: it quiets verl's CPU-platform notices)
 from agl_lab import compose_config
-from agl_lab.synthetic import SyntheticKnobs, synthetic_rows
-from agl_lab.weighting import analyze_weighting
-from agl_lab.weighting_panel import WeightingPanel
+from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
+from agl_lab.lab.weighting import analyze_weighting
+from agl_lab.ui.weighting_panel import WeightingPanel
 
 TARGET_MS = 200.0
 ESTIMATORS = ("grpo", "grpo_vectorized")
@@ -93,7 +93,9 @@ def stages(panel: WeightingPanel, repeats: int) -> dict[str, float]:
         warnings.simplefilter("ignore")
         for levels, name in (((True,), "analysis, rollout-level on"), ((False,), "analysis, rollout-level off")):
             out[name] = measure(lambda i, levels=levels: analyze_weighting(rows, cfg, rollout_levels=levels), repeats)
-        out["analysis, the full table (6 modes x on/off)"] = measure(lambda i: analyze_weighting(rows, cfg), repeats)
+        out["analysis, the full table (every catalogue mode x on/off)"] = measure(
+            lambda i: analyze_weighting(rows, cfg), repeats
+        )
     for name, figure in panel.figures.items():
 
         def redraw(i: int, figure=figure) -> None:

@@ -16,7 +16,7 @@ import time
 
 import agl_lab  # noqa: F401  (first: it quiets verl's CPU-platform notices)
 from agl_lab import short_run_config, train
-from agl_lab.demo import success_first_last
+from agl_lab.curves.summary import SUCCESS, success_first_last
 
 
 def main() -> int:
@@ -32,7 +32,7 @@ def main() -> int:
             )
             start = time.perf_counter()
             history = train(cfg, progress=False).history
-            first, last = success_first_last(history)
+            first, last = success_first_last(history[SUCCESS])
             ratio = last / first if first > 0 else float("inf")
             ok &= ratio >= 2
             print(

@@ -13,8 +13,8 @@ import torch  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import agl_lab  # noqa: E402,F401  (registers per_rollout_mean)
-from agl_lab.rows import rows_from_plan  # noqa: E402
-from agl_lab.wandb_offline import wait_for_exit  # noqa: E402
+from agl_lab.curves.wandb_offline import wait_for_exit  # noqa: E402
+from agl_lab.lab.examples import rows_from_plan  # noqa: E402
 
 
 def make_rows(plan, *, masks=None):

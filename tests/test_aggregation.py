@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from agl_lab import compose_config
-from agl_lab.aggregation import LLMCall, Rollout, aggregate, aggregation_limits
+from agl_lab.core.aggregation import LLMCall, Rollout, aggregate, aggregation_limits
 
 
 def agg(rollouts, level="trajectory", max_prompt=100, max_response=100, **kwargs):

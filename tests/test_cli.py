@@ -67,13 +67,14 @@ def test_demo_writes_figures_and_a_summary_table_and_prints_its_folder_last(tmp_
     result = run("demo", "--out", str(out), *TINY_RUN, entry=(sys.executable, "-m", "agl_lab"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == str(out.resolve())
-    for name in ("success.png", "rows_vs_rollouts.png", "drops.png", "summary.csv", "summary.md"):
+    for name in ("panels.png", "success.png", "rows_vs_rollouts.png", "drops.png", "summary.csv", "summary.md"):
         assert (out / name).stat().st_size > 0, name
+        assert f"  {out / name}" in result.stdout  # listed under "Written:"
     summary = (out / "summary.csv").read_text().splitlines()
-    assert summary[0].startswith("setting,rollout_level_advantage,loss_mode,max_ppo_update_times")
+    assert summary[0].startswith("setting,n_seeds,steps,success_first_20pct,success_last_20pct")
     assert [line.split(",")[0] for line in summary[1:]] == ["both_on", "both_off", "both_on_cap2"]
     assert (out / "summary.md").read_text().startswith("| setting |")
-    assert all((out / "runs" / name / "metrics.jsonl").exists() for name in ("both_on", "both_off", "both_on_cap2"))
+    assert all((out / name / "seed-0" / "metrics.jsonl").exists() for name in ("both_on", "both_off", "both_on_cap2"))
 
 
 def test_launch_exports_for_agent_lightning_and_says_what_to_install(tmp_path):
@@ -89,7 +90,8 @@ def test_launch_exports_for_agent_lightning_and_says_what_to_install(tmp_path):
         str(out),
     )
     assert result.returncode == 3, result.stderr  # exported, not launched: agentlightning needs Python >= 3.12
-    assert "agentlightning is not importable here" in result.stderr and "launch_cap2.py" in result.stderr
+    assert "Agent Lightning's trainer cannot run here (Python 3.11 < 3.12" in result.stderr
+    assert "launch_cap2.py" in result.stderr
     assert sorted(p.name for p in out.iterdir()) == ["dotlist.txt", "launch_cap2.py", "overrides.yaml"]
     assert (out / "dotlist.txt").read_text().split() == [
         "algorithm.adv_estimator=grpo",

@@ -6,7 +6,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from agl_lab import ConfigError, compose_config
-from agl_lab.config import base_config
+from agl_lab.config.compose import base_config
 
 
 def test_defaults_are_verl_ppo_trainer_plus_agent_lightning():
@@ -160,10 +160,10 @@ def test_broken_interpolation_is_an_error():
 
 
 def test_composition_leaves_a_running_hydra_app_alone():
-    with initialize_config_module(config_module="agl_lab.conf", version_base=None):
-        from agl_lab.config import _composed_base
+    with initialize_config_module(config_module="agl_lab.config.conf", version_base=None):
+        from agl_lab.config.compose import shared_base
 
-        _composed_base.cache_clear()
+        shared_base.cache_clear()
         compose_config()
         assert GlobalHydra.instance().is_initialized()
         assert compose(config_name="agl_trainer").algorithm.enable_rollout_level_advantage is True

@@ -1,12 +1,12 @@
-from agl_lab.config_panel import ConfigPanel
-from agl_lab.rows import EXAMPLE_OVERRIDES
+from agl_lab.lab.examples import EXAMPLE_OVERRIDES
+from agl_lab.ui.config_panel import ConfigPanel
 
 
 def test_form_values_compose_the_config_and_its_export():
     panel = ConfigPanel(EXAMPLE_OVERRIDES)
     assert panel.cfg.algorithm.enable_rollout_level_advantage is True  # Agent Lightning's default
-    panel.cap.value = "2"
-    panel.loss_mode.value = ("per_rollout_mean", "rollouts")
+    panel.controls["cap"].value = 2
+    panel.controls["mode"].value = "per_rollout_mean:rollouts"
     assert panel.cfg.agentlightning.max_ppo_update_times == 2
     assert panel.cfg.lab.per_rollout_divisor == "rollouts"
     assert "agentlightning.max_ppo_update_times=2" in panel.dotlist()
@@ -16,10 +16,10 @@ def test_form_values_compose_the_config_and_its_export():
 
 def test_half_set_pair_shows_the_doctors_warning():
     panel = ConfigPanel(EXAMPLE_OVERRIDES)
-    panel.rollout_level.value = False
+    panel.controls["rollout_level"].value = False
     assert [f.level for f in panel.findings] == ["warning", "note"]
     assert "per_rollout_mean is on but rollout-level advantage is off" in panel.view.value
-    panel.loss_mode.value = ("vanilla", None)
+    panel.controls["mode"].value = "token-mean"
     assert [f.level for f in panel.findings] == ["note"]  # both off: plain verl
 
 
@@ -42,7 +42,25 @@ def test_estimator_choice_reaches_the_doctor():
 
 def test_base_dotlist_is_the_starting_point():
     panel = ConfigPanel(EXAMPLE_OVERRIDES, ["agentlightning.max_ppo_update_times=3"])
-    assert panel.cap.value == "3" and panel.cfg.agentlightning.max_ppo_update_times == 3
-    panel.cap.value = "none"
+    assert panel.controls["cap"].value == 3 and panel.cfg.agentlightning.max_ppo_update_times == 3
+    panel.controls["cap"].value = "none"
     assert panel.cfg.agentlightning.max_ppo_update_times is None
     assert ">null<" in panel.view.value
+
+
+def test_a_loss_the_catalogue_lacks_is_kept_and_named():
+    # a config using gspo opens on "the config's own" loss, not silently on another mode
+    panel = ConfigPanel(EXAMPLE_OVERRIDES, ["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"])
+    assert panel.controls["mode"].value == "config"
+    assert panel.controls["mode"].label.startswith("the config's own (gspo")
+    assert panel.cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo"
+    assert not any("policy_loss.loss_mode" in item for item in panel.dotlist()[1:])
+
+
+def test_the_form_uses_the_catalogues_labels():
+    from agl_lab import LOSS_MODES
+    from agl_lab.config.modes import trainable_modes
+
+    panel = ConfigPanel(EXAMPLE_OVERRIDES)
+    assert [label for label, _ in panel.controls["mode"].options] == [LOSS_MODES[m].label for m in trainable_modes()]
+    assert panel.controls["rollout_level"].description == "rollout-level advantage"

@@ -2,8 +2,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from agl_lab import ConfigError, compose_config, diagnose
-from agl_lab.doctor import raise_for_errors
-from agl_lab.rows import EXAMPLE_OVERRIDES
+from agl_lab.config.doctor import raise_for_errors
+from agl_lab.lab.examples import EXAMPLE_OVERRIDES
 
 
 def findings(*dotlist):

@@ -5,8 +5,9 @@ import yaml
 from omegaconf import OmegaConf
 
 from agl_lab import compose_config
-from agl_lab.config import base_config
-from agl_lab.handoff import export_experiment, format_dotlist, overrides
+from agl_lab.config.compose import base_config
+from agl_lab.config.dotlist import format_dotlist
+from agl_lab.config.handoff import export_experiment, overrides
 
 EXPERIMENT = {
     "algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False},
@@ -80,7 +81,7 @@ def test_exports_never_contain_secrets(experiment, tmp_path):
         assert "agl_key" not in file.read_text() or file.name.endswith(".py")
 
 
-def test_launch_script_is_valid_python_importing_only_the_stdlib_at_module_level(experiment, tmp_path):
+def test_launch_script_is_valid_python_importing_only_the_stdlib_at_module_level(experiment, tmp_path, capsys):
     export = export_experiment(experiment, tmp_path, name="cap2")
     tree = ast.parse(export.script)
     top_imports = {
@@ -92,9 +93,11 @@ def test_launch_script_is_valid_python_importing_only_the_stdlib_at_module_level
     assert namespace["OVERRIDES"] == overrides(experiment)
     body = ast.get_source_segment(export.script, next(n for n in tree.body if isinstance(n, ast.FunctionDef)))
     assert "from agentlightning.verl.entrypoint import run_ppo" in body
-    assert "run_ppo(config, train_dataset=None, val_dataset=None)" in body
-    with pytest.raises(ModuleNotFoundError, match="agentlightning"):  # not installable on Python 3.11
-        namespace["main"](["--agl-key", "k"])
+    assert "run_ppo(config, train_dataset=train_dataset, val_dataset=val_dataset)" in body
+    # the oracle install has Agent Lightning's config: the script composes it, then refuses missing data files
+    with pytest.raises(SystemExit):
+        namespace["main"](["--agl-key", "k", f"data.train_files={tmp_path / 'none.parquet'}"])
+    assert "data.train_files: no such file" in capsys.readouterr().err
 
 
 def test_bad_name(experiment, tmp_path):

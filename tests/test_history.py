@@ -7,7 +7,7 @@ import pytest
 import yaml
 from verl.utils.tracking import Tracking
 
-from agl_lab.history import (
+from agl_lab.curves.history import (
     COLUMNS,
     missing_metrics,
     read_history,

@@ -20,7 +20,7 @@ from agl_lab import (
     compute_policy_loss_per_rollout_mean,
     normalize_advantages_by_rollout,
 )
-from agl_lab.loss import register_in_worker
+from agl_lab.core.loss import register_in_worker
 
 
 @functools.lru_cache

@@ -14,8 +14,8 @@ from agl_lab import (
     normalize_advantages_by_rollout,
     prepare_batch,
 )
-from agl_lab.pipeline import compute_advantages, select_rows
-from agl_lab.rows import EXAMPLE_OVERRIDES
+from agl_lab.core.pipeline import compute_advantages, select_rows
+from agl_lab.lab.examples import EXAMPLE_OVERRIDES
 from conftest import assert_unchanged, snapshot
 
 

@@ -1,10 +1,11 @@
 import re
 
-import numpy as np
 import pytest
 import torch
 
-from agl_lab.rows import build_rows, example_rows, group_rows, require_fields, rows_frame
+from agl_lab.core.groups import group_rows
+from agl_lab.core.rows import build_rows, require_fields, rows_frame
+from agl_lab.lab.examples import example_rows
 from conftest import make_rows
 
 
@@ -63,27 +64,6 @@ def test_build_rows_refuses_bad_input(kwargs, message):
     args.update(kwargs)
     with pytest.raises(ValueError, match=re.escape(message)):
         build_rows(**args)
-
-
-def test_group_rows_orders_groups_by_first_appearance_like_a_dict():
-    ids = np.array(["b", "a", "b", "c", "a", 1, 1.0], dtype=object)
-    groups = group_rows(ids, field="rollout_id_list")
-    expected = {}
-    for i, x in enumerate(ids):
-        expected.setdefault(x, []).append(i)
-    assert groups.ids.tolist() == list(expected)  # 1 and 1.0 are one key, as in a dict
-    assert groups.first_rows.tolist() == [v[0] for v in expected.values()]
-    assert groups.sizes.tolist() == [len(v) for v in expected.values()]
-    assert groups.codes.tolist() == [0, 1, 0, 2, 1, 3, 3]
-
-
-def test_group_rows_refuses_missing_and_unhashable_ids():
-    with pytest.raises(ValueError, match=r"rollout_id_list has missing values \(None/NaN\) at rows \[1\]"):
-        group_rows(np.array(["a", None], dtype=object), field="rollout_id_list")
-    ragged = np.empty(2, dtype=object)
-    ragged[:] = [["a"], ["b", "c"]]
-    with pytest.raises(ValueError, match="rollout_id_list must hold hashable ids"):
-        group_rows(ragged, field="rollout_id_list")
 
 
 def test_example_rows_have_rollouts_of_one_to_three_rows():

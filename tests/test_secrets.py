@@ -1,4 +1,4 @@
-from agl_lab.secrets import MASK, is_secret_key, redact
+from agl_lab.config.secrets import MASK, is_secret_key, redact
 
 
 def test_secret_names():

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from agl_lab import ConfigError
-from agl_lab.sweep import plan_sweep, run_sweep
+from agl_lab.training.sweep import plan_sweep, run_sweep
 from conftest import TINY_RUN
 
 SETTINGS = {

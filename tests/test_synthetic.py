@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agl_lab.rows import group_rows
-from agl_lab.synthetic import SyntheticKnobs, synthetic_history, synthetic_rollouts, synthetic_rows
+from agl_lab.core.groups import group_rows
+from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_history, synthetic_rollouts, synthetic_rows
 
 
 def rows_per_rollout(rows):

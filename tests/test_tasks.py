@@ -4,11 +4,28 @@ import numpy as np
 import pytest
 import torch
 
-from agl_lab.aggregation import aggregate
-from agl_lab.config import compose_config
-from agl_lab.policy import build_policy
-from agl_lab.rollout import SamplingParams, collect_rollouts
-from agl_lab.tasks import LockTask, make_task
+from agl_lab.config.compose import compose_config
+from agl_lab.config.lab_config import TASKS, LabConfig
+from agl_lab.core.aggregation import aggregate
+from agl_lab.training.policy import build_policy
+from agl_lab.training.rollout import SamplingParams, collect_rollouts
+from agl_lab.training.tasks import _TASK_CLASSES, LockTask, make_task
+
+
+def lock_task(**kwargs):
+    """A LockTask with the lab: section's defaults (agl_lab.LabConfig) for whatever kwargs leave out."""
+    lab = LabConfig()
+    defaults = {
+        "n_locks": lab.task_size,
+        "max_turns": lab.max_turns,
+        "rewrite_prob": lab.rewrite_prob,
+        "seed": lab.seed,
+    }
+    return LockTask(**{**defaults, **kwargs})
+
+
+def test_every_task_name_of_the_config_has_a_class():
+    assert set(_TASK_CLASSES) == set(TASKS)
 
 
 def play(task, lock, answers, *, step=0, index=0):
@@ -23,7 +40,7 @@ def play(task, lock, answers, *, step=0, index=0):
 
 
 def test_the_right_code_opens_the_lock_at_once():
-    task = LockTask(n_locks=4, max_turns=3, seed=1)
+    task = lock_task(n_locks=4, max_turns=3, seed=1)
     code = f"c{task.codes[2]}"
     episode, turns = play(task, 2, [f"{code} L0"])
     assert episode.prompt == "lock L2 try"
@@ -32,7 +49,7 @@ def test_the_right_code_opens_the_lock_at_once():
 
 
 def test_a_failing_episode_takes_every_turn_and_gets_no_try():
-    task = LockTask(n_locks=4, max_turns=3, rewrite_prob=0.0, seed=1)
+    task = lock_task(n_locks=4, max_turns=3, rewrite_prob=0.0, seed=1)
     wrong = f"c{(task.codes[0] + 1) % 4}"
     episode, turns = play(task, 0, [wrong, "L3 c0", "nonsense", wrong])
     assert episode.turns == 3 and episode.done and not episode.success  # the 4th answer is never asked for
@@ -44,7 +61,7 @@ def test_a_failing_episode_takes_every_turn_and_gets_no_try():
 
 
 def test_a_rewrite_replaces_the_context_with_a_summary_that_does_not_continue_it():
-    task = LockTask(n_locks=4, max_turns=3, rewrite_prob=1.0, seed=1)
+    task = lock_task(n_locks=4, max_turns=3, rewrite_prob=1.0, seed=1)
     wrong = f"c{(task.codes[1] + 1) % 4}"
     episode, turns = play(task, 1, [wrong, "L2"])
     assert turns[0].rewrite == f"lock L1 tried {wrong} try" and turns[0].observation is None
@@ -56,20 +73,20 @@ def test_a_rewrite_replaces_the_context_with_a_summary_that_does_not_continue_it
 
 
 def test_codes_items_and_rewrites_are_fixed_by_the_seed():
-    a, b, other = LockTask(seed=5), LockTask(seed=5), LockTask(seed=6)
+    a, b, other = lock_task(seed=5), lock_task(seed=5), lock_task(seed=6)
     assert sorted(a.codes) == list(range(a.n_locks))  # a permutation: every lock has its own code
     assert (a.codes == b.codes).all() and not (a.codes == other.codes).all()
     assert a.sample_items(step=3, batch_size=5) == b.sample_items(step=3, batch_size=5)
     assert len(set(a.sample_items(step=3, batch_size=8))) == 8  # distinct while there are enough locks
-    draws = [LockTask(seed=5, rewrite_prob=0.5).start(0, step=2, index=i).rng.random() for i in range(2)]
-    again = [LockTask(seed=5, rewrite_prob=0.5).start(0, step=2, index=i).rng.random() for i in range(2)]
+    draws = [lock_task(seed=5, rewrite_prob=0.5).start(0, step=2, index=i).rng.random() for i in range(2)]
+    again = [lock_task(seed=5, rewrite_prob=0.5).start(0, step=2, index=i).rng.random() for i in range(2)]
     assert draws == again and draws[0] != draws[1]
 
 
 def test_words_cover_everything_the_environment_says():
-    task = LockTask(n_locks=3)
+    task = lock_task(n_locks=3)
     words = set(task.words())
-    episode, turns = play(LockTask(n_locks=3, rewrite_prob=1.0), 0, ["c9", "x"])
+    episode, turns = play(lock_task(n_locks=3, rewrite_prob=1.0), 0, ["c9", "x"])
     said = episode.prompt.split() + [w for t in turns if t.rewrite for w in t.rewrite.split()]
     assert set(said) - {"c9"} <= words and {"c0", "c2", "L2"} <= words
 
@@ -84,7 +101,7 @@ def test_words_cover_everything_the_environment_says():
 )
 def test_bad_knobs_are_refused_naming_the_key(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        LockTask(**kwargs)
+        lock_task(**kwargs)
 
 
 def test_make_task_names_the_known_tasks():
@@ -95,7 +112,7 @@ def test_make_task_names_the_known_tasks():
 
 def rollouts_of(*, rewrite_prob, max_turns=3, n=4, seed=0):
     cfg = compose_config(dotlist=[f"lab.seed={seed}"])
-    task = LockTask(n_locks=4, max_turns=max_turns, rewrite_prob=rewrite_prob, seed=seed)
+    task = lock_task(n_locks=4, max_turns=max_turns, rewrite_prob=rewrite_prob, seed=seed)
     policy = build_policy(cfg, words=task.words())
     sampling = SamplingParams(n=n, max_new_tokens=3, temperature=1.0, top_k=-1, top_p=1.0)
     generator = torch.Generator().manual_seed(seed)

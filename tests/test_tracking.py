@@ -11,9 +11,9 @@ import torch
 
 import agl_lab
 from agl_lab import short_run_config, train
-from agl_lab.secrets import redact_argv
-from agl_lab.tracking import Tracker, TrackerWarning, open_tracker, plain_metrics, wandb_key_configured
-from agl_lab.wandb_offline import find_offline_runs, read_offline_run
+from agl_lab.config.secrets import redact_argv
+from agl_lab.curves.wandb_offline import find_offline_runs, read_offline_run
+from agl_lab.training.tracking import Tracker, TrackerWarning, open_tracker, plain_metrics, wandb_key_configured
 from conftest import TINY_RUN, log_offline_run
 
 SECRET = "sk-do-not-leak-4711"
@@ -50,7 +50,9 @@ class Recorder:
 def recorder(monkeypatch):
     monkeypatch.setattr(Recorder, "instances", [])
     monkeypatch.setattr(Recorder, "fail_on", {})
-    monkeypatch.setattr(agl_lab.trainer, "open_tracker", functools.partial(open_tracker, tracking_cls=Recorder))
+    monkeypatch.setattr(
+        agl_lab.training.trainer, "open_tracker", functools.partial(open_tracker, tracking_cls=Recorder)
+    )
     return Recorder
 
 
@@ -202,7 +204,7 @@ def test_finish_warns_when_an_offline_wandb_run_never_gets_its_exit_record(tmp_p
     (run_file,) = find_offline_runs(tmp_path)
     data = run_file.read_bytes()
     run_file.write_bytes(data[: len(data) * 2 // 3])  # as a killed wandb service leaves it: no exit record
-    monkeypatch.setattr(agl_lab.tracking, "EXIT_RECORD_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(agl_lab.training.tracking, "EXIT_RECORD_TIMEOUT_S", 0.3)
     backend = recorder("p", "e", ["wandb"], {})  # a backend that finishes without writing anything
     tracker = Tracker({"wandb": backend}, wandb_run=str(run_file.parent))
     with pytest.warns(TrackerWarning, match=f"the offline W&B run {run_file.parent} has no exit record 0.3 s after"):

@@ -11,10 +11,10 @@ from verl.trainer.ppo import core_algos
 
 import agl_lab
 from agl_lab import ConfigError, EmptyBatchWarning, short_run_config, train
-from agl_lab.config import compose_config
-from agl_lab.policy import build_policy
-from agl_lab.tasks import LockTask
-from agl_lab.tracking import open_tracker
+from agl_lab.config.compose import compose_config
+from agl_lab.training.policy import build_policy
+from agl_lab.training.tasks import make_task
+from agl_lab.training.tracking import open_tracker
 from conftest import TINY_RUN
 
 # conftest.TINY_RUN: 8 rollouts per step, mini-batches of 4 rows; more rewrites so rollouts split often
@@ -122,7 +122,7 @@ def test_every_setting_combination_trains_and_logs_agent_lightnings_metrics(
 def test_the_update_changes_the_policy_and_the_checkpoint_reloads(tmp_path):
     cfg = tiny_cfg(tmp_path)
     result = train(cfg, progress=False)
-    initial = build_policy(cfg, words=LockTask(n_locks=4).words()).model
+    initial = build_policy(cfg, words=make_task("lock", size=4, max_turns=4, rewrite_prob=0.3, seed=0).words()).model
     trained = AutoModelForCausalLM.from_pretrained(result.run_dir / "policy")
     assert not torch.equal(initial.model.embed_tokens.weight, trained.model.embed_tokens.weight)
     again = agl_lab.compose_config(dotlist=[f"lab.model_path={result.run_dir / 'policy'}"])
@@ -184,7 +184,7 @@ def test_stop_event_ends_the_run_cleanly_keeping_the_files(tmp_path, monkeypatch
     import threading
 
     finished = []
-    monkeypatch.setattr(agl_lab.trainer, "open_tracker", _recording_tracker(finished))
+    monkeypatch.setattr(agl_lab.training.trainer, "open_tracker", _recording_tracker(finished))
     stop = threading.Event()
     cfg = tiny_cfg(tmp_path, "trainer.total_training_steps=5", "trainer.logger=[console]")
     result = train(cfg, stop_event=stop, on_step=lambda record: stop.set(), progress=False)
@@ -196,7 +196,7 @@ def test_stop_event_ends_the_run_cleanly_keeping_the_files(tmp_path, monkeypatch
 
 def test_ctrl_c_during_a_run_keeps_the_finished_steps(tmp_path, monkeypatch):
     finished = []
-    monkeypatch.setattr(agl_lab.trainer, "open_tracker", _recording_tracker(finished))
+    monkeypatch.setattr(agl_lab.training.trainer, "open_tracker", _recording_tracker(finished))
 
     def interrupt(record):
         if record["step"] == 2:
@@ -249,8 +249,8 @@ def test_short_run_config_layers_overrides_and_dotlist_on_the_short_run_sizes():
         ),
         (["algorithm.adv_estimator=remax"], "REMAX baseline not yet supported in AgentLightningRayPPOTrainer"),
         (["actor_rollout_ref.rollout.temperature=0.0"], r"training samples with a temperature > 0"),
-        (["lab.max_turns=0"], r"lab.max_turns must be an integer >= 1, got 0"),
-        (["lab.cpu_threads=-1"], r"lab.cpu_threads must be an integer >= 0 \(0 = leave torch's setting\), got -1"),
+        (["lab.max_turns=0"], r"lab.max_turns: must be in \[1, 64\], got 0"),
+        (["lab.cpu_threads=-1"], r"lab.cpu_threads: must be in \[0, 1024\], got -1"),
     ],
 )
 def test_config_errors_stop_the_run_before_anything_is_written(tmp_path, dotlist, message):

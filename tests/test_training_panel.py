@@ -3,7 +3,7 @@
 import pytest
 
 from agl_lab import short_run_config
-from agl_lab.training_panel import TrainingPanel
+from agl_lab.ui.training_panel import TrainingPanel
 from conftest import TINY_RUN
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agl_lab import EmptyBatchWarning, apply_update_cap, drop_marked_rows
-from agl_lab.update_cap import same_reward_rows
+from agl_lab.core.update_cap import same_reward_rows
 from conftest import make_rows, plans
 
 

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from agl_lab.wandb_offline import find_offline_runs, read_offline_run
+from agl_lab.curves.wandb_offline import find_offline_runs, read_offline_run
 from conftest import log_offline_run
 
 

@@ -4,10 +4,11 @@ import pandas as pd
 import pytest
 
 from agl_lab import compose_config
-from agl_lab.batch_io import load_batch, sample_batch_path
-from agl_lab.synthetic import SyntheticKnobs, synthetic_rows
-from agl_lab.weighting import analyze_weighting, mode_from_config
-from agl_lab.weighting_panel import WeightingPanel
+from agl_lab.config.modes import mode_from_config
+from agl_lab.lab.batch_io import load_batch, sample_batch_path
+from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
+from agl_lab.lab.weighting import analyze_weighting
+from agl_lab.ui.weighting_panel import WeightingPanel
 
 KNOBS = SyntheticKnobs(n_prompts=4, rollouts_per_prompt=4, break_prob=0.4, seed=5)
 

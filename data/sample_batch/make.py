@@ -1,6 +1,6 @@
 """Regenerate this sample batch: ``.venv/bin/python data/sample_batch/make.py`` (from the repository root).
 
-The batch is synthetic (agl_lab.synthetic) and deterministic: the same knobs and seed give the same bytes of
+The batch is synthetic (agl_lab.lab.synthetic) and deterministic: the same knobs and seed give the same bytes of
 tensors, which tests/test_rows.py checks against the shipped files.
 """
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 from verl import DataProto
 
-from agl_lab.batch_io import save_batch
-from agl_lab.synthetic import SyntheticKnobs, synthetic_rows
+from agl_lab.lab.batch_io import save_batch
+from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
 
 # 12 prompts × 4 rollouts; failing rollouts take two more LLM calls, and a call rewrites its context 30% of
 # the time, so at the trajectory level rollouts become 1–5 rows. Short calls keep the files small.

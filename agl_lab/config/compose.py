@@ -1,0 +1,271 @@
+"""One OmegaConf tree, composed the way Agent Lightning's training scripts compose theirs.
+
+Order (later wins): verl's packaged ``ppo_trainer`` → Agent Lightning's defaults (``conf/agl_trainer.yaml``)
+→ agl_lab's ``lab:`` section (:class:`LabConfig`) → an overrides dict → a Hydra dotlist
+(``key.path=value``, ``+key=value`` to add a new key, ``~key`` to delete). Unlike a struct-less
+OmegaConf merge, a key that does not exist is an error naming the nearest valid key, and a value of the
+wrong type is an error naming the expected type: a misspelt setting must never be silently ignored.
+
+The short-run trainer reads the same keys as Agent Lightning's trainer, so an experiment exports to it
+by dropping ``lab:``. Notebook: ``notebooks/02_config_check.ipynb``.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import functools
+import typing
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from hydra.utils import get_class
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from agl_lab.config.lab_config import LabConfig
+from agl_lab.config.tree import leaves, paths
+
+__all__ = [
+    "SHORT_RUN_YAML",
+    "ConfigError",
+    "base_config",
+    "compose_config",
+    "shared_base",
+    "key_problem",
+    "short_run_config",
+    "short_run_overrides",
+    "type_problem",
+]
+
+SHORT_RUN_YAML = Path(__file__).with_name("conf") / "short_run.yaml"
+
+
+class ConfigError(ValueError):
+    """A config that cannot be composed; the message has one line per problem, each with its fix."""
+
+
+@functools.lru_cache(maxsize=1)
+def shared_base() -> DictConfig:
+    """The composed base (:func:`base_config`), one object shared by every reader: never modify it."""
+    saved = copy.deepcopy(GlobalHydra.instance()) if GlobalHydra.instance().is_initialized() else None
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module="agl_lab.config.conf", version_base=None):
+            cfg = compose(config_name="agl_trainer")
+    finally:
+        GlobalHydra.instance().clear()
+        if saved is not None:  # hand a running Hydra app its state back
+            GlobalHydra.instance().initialize(saved.hydra)
+    OmegaConf.set_struct(cfg, False)
+    cfg.lab = OmegaConf.structured(LabConfig)
+    OmegaConf.set_struct(cfg.lab, True)  # its fields are fixed: `+lab.x=1` is an error, not a silent addition
+    return cfg
+
+
+def base_config() -> DictConfig:
+    """verl ``ppo_trainer`` + Agent Lightning defaults + ``lab:`` defaults, before any override (a fresh copy)."""
+    return copy.deepcopy(shared_base())
+
+
+def compose_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = ()) -> DictConfig:
+    """Compose the config: base, then ``overrides`` (nested or dotted keys), then the Hydra ``dotlist``.
+
+    Raises :class:`ConfigError` listing every unknown key (with the nearest valid one), every value of the
+    wrong type and every unparsable dotlist item; nothing is returned half-applied.
+    """
+    base = shared_base()
+    cfg = copy.deepcopy(base)
+    edits = list(_flatten(overrides or {})) + _parse_dotlist(dotlist)
+    problems = []
+    for path, value, mode in edits:
+        if mode == "error":
+            problems.append(value)
+            continue
+        if mode == "change":
+            problem = key_problem(path, base) or type_problem(path, value, base)
+            if problem:
+                problems.append(problem)
+                continue
+            value = _coerce(path, value, base)
+        try:
+            _apply(cfg, path, value, mode)
+        except (OmegaConfBaseException, KeyError) as exc:
+            fixed = " (the lab: section has fixed fields, see agl_lab.LabConfig)" if path.startswith("lab.") else ""
+            problems.append(f"{path}: {_short(exc)}{fixed}")
+    if not problems:
+        try:
+            OmegaConf.to_container(cfg, resolve=True)
+        except OmegaConfBaseException as exc:
+            problems.append(f"{_short(exc)}: fix the interpolation (${{...}}) or set a plain value")
+    if problems:
+        raise ConfigError("config has problems:\n" + "\n".join(f"  - {p}" for p in problems))
+    return cfg
+
+
+def short_run_overrides() -> dict[str, Any]:
+    """The short-run sizes (``conf/short_run.yaml``) as a nested overrides dict."""
+    return OmegaConf.to_container(OmegaConf.load(SHORT_RUN_YAML))
+
+
+def short_run_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = ()) -> DictConfig:
+    """``compose_config`` with the short-run sizes (``conf/short_run.yaml``) under your ``overrides`` and ``dotlist``.
+
+    The lab trainer's preset: what an Agent Lightning example script passes as its overrides dict, sized so that
+    the tiny default policy learns the default task in about a minute on 2 CPU cores.
+    """
+    merged = {**dict(leaves(short_run_overrides())), **dict(leaves(overrides or {}))}
+    return compose_config(overrides=merged, dotlist=dotlist)
+
+
+def key_problem(path: str, base: DictConfig) -> str | None:
+    """Why ``path`` is not a key of ``base`` (with the nearest valid key), or None if it is one.
+
+    Sections that are empty dicts or null in ``base`` (``agentlightning.local.env_map``, hooks, ...) are open:
+    anything below them is accepted.
+    """
+    parts = path.split(".")
+    node: Any = base
+    for depth, part in enumerate(parts):
+        if not isinstance(node, DictConfig) or len(node) == 0:
+            return None
+        child = node._get_node(part)  # not ``part in node``: that is False for keys whose value is ??? (MISSING)
+        if child is None:
+            prefix = ".".join(parts[:depth])
+            return f"unknown key {path!r}{_nearest(path, prefix, node)}"
+        node = child
+        if node is not None and node._is_none():
+            return None
+    return None
+
+
+def type_problem(path: str, value: Any, base: DictConfig) -> str | None:
+    """Why ``value`` does not fit the type of ``path`` in ``base``, or None if it fits (or the key is open).
+
+    The type is the default's, except where verl's config dataclass (the section's ``_target_``) declares a
+    float for a default written as an integer (``entropy_coeff: 0``, ``top_p: 1``): any number fits there.
+    """
+    expected = _leaf(base, path)
+    if expected is None or (isinstance(expected, str) and "${" in expected):
+        return None
+    if isinstance(expected, int) and not isinstance(expected, bool) and _declares_float(base, path):
+        expected = float(expected)
+    if isinstance(expected, bool):
+        ok, name = isinstance(value, bool), "a boolean (true/false)"
+    elif isinstance(expected, int):
+        ok, name = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif isinstance(expected, float):
+        ok, name = isinstance(value, int | float) and not isinstance(value, bool), "a number"
+    elif isinstance(expected, str):
+        ok, name = isinstance(value, str | int | float) and not isinstance(value, bool), "a string"
+    elif isinstance(expected, list | ListConfig):
+        ok, name = isinstance(value, list | tuple | ListConfig), "a list, e.g. [a,b]"
+    elif isinstance(expected, dict | DictConfig):
+        ok, name = isinstance(value, Mapping | DictConfig), "a mapping, e.g. {a:1}"
+    else:
+        return None
+    if value is None or ok:
+        return None
+    return f"{path} must be {name}, got {value!r} ({type(value).__name__})"
+
+
+def _declares_float(base: DictConfig, path: str) -> bool:
+    parent_path, _, key = path.rpartition(".")
+    parent = OmegaConf.select(base, parent_path, default=None) if parent_path else base
+    target = parent.get("_target_") if isinstance(parent, DictConfig) else None
+    return bool(target) and float in _numeric_hints(str(target)).get(key, ())
+
+
+@functools.cache
+def _numeric_hints(target: str) -> dict[str, tuple[type, ...]]:
+    """Field name -> the types its annotation allows (Optional[float] -> (float, NoneType)) of a config dataclass."""
+    try:
+        hints = typing.get_type_hints(get_class(target))
+    except Exception:  # not importable here (an optional engine's config): fall back to the YAML default's type
+        return {}
+    return {name: typing.get_args(hint) or (hint,) for name, hint in hints.items()}
+
+
+def _leaf(base: DictConfig, path: str) -> Any:
+    node = OmegaConf.select(base, path, default=None, throw_on_missing=False)
+    if isinstance(node, DictConfig | ListConfig):
+        return OmegaConf.to_container(node)
+    return node
+
+
+def _coerce(path: str, value: Any, base: DictConfig) -> Any:
+    """Numbers given for string settings (experiment names, ...) become strings, as Hydra would store them."""
+    expected = _leaf(base, path)
+    if isinstance(expected, str) and isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(expected, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def _apply(cfg: DictConfig, path: str, value: Any, mode: str) -> None:
+    if mode == "delete":
+        parent_path, _, key = path.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_path) if parent_path else cfg
+        if not isinstance(parent, DictConfig) or key not in parent:
+            raise KeyError(f"cannot delete {path!r}: no such key")
+        del parent[key]
+        return
+    OmegaConf.update(cfg, path, value, merge=True)
+
+
+def _flatten(overrides: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any, str]]:
+    """Leaf edits of a nested overrides dict; dotted keys (``"algorithm.adv_estimator"``) are paths too."""
+    base = shared_base()
+    for key, value in overrides.items():
+        path = f"{prefix}{key}"
+        known = OmegaConf.select(base, path, default=None)
+        if isinstance(value, Mapping | DictConfig) and isinstance(known, DictConfig) and len(known):
+            yield from _flatten(value, prefix=f"{path}.")
+        else:
+            if isinstance(value, DictConfig | ListConfig):
+                value = OmegaConf.to_container(value)
+            yield path, value, "change"
+
+
+def _parse_dotlist(dotlist: Sequence[str]) -> list[tuple[str, Any, str]]:
+    if isinstance(dotlist, str):
+        dotlist = [dotlist]
+    parser = OverridesParser.create()
+    edits: list[tuple[str, Any, str]] = []
+    for item in dotlist:
+        try:
+            (override,) = parser.parse_overrides([item])
+        except HydraException as exc:
+            first_line = str(exc).splitlines()[0]
+            edits.append((item, f"{first_line}: write key.path=value (quote values with spaces)", "error"))
+            continue
+        if override.is_delete():
+            edits.append((override.key_or_group, None, "delete"))
+        elif override.is_add() or override.is_force_add():
+            edits.append((override.key_or_group, override.value(), "add"))
+        else:  # a {a:1} value is checked key by key, like an overrides dict
+            edits.extend(_flatten({override.key_or_group: override.value()}))
+    return edits
+
+
+def _nearest(path: str, prefix: str, node: DictConfig) -> str:
+    """' (did you mean ...?)' for a misspelt key: a path below the deepest valid prefix, else a key with that name."""
+    relative = path[len(prefix) + 1 :] if prefix else path
+    match = difflib.get_close_matches(relative, paths(node), n=1, cutoff=0.6)
+    if match:
+        return f" (did you mean {(f'{prefix}.' if prefix else '') + match[0]!r}?)"
+    last = path.rsplit(".", 1)[-1]
+    same_name = [c for c in paths(shared_base()) if c.rsplit(".", 1)[-1] == last]
+    if same_name:
+        return f" (did you mean {same_name[0]!r}?)"
+    return "; see `agl-lab check --show-config` for the valid keys"
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).splitlines()[0]

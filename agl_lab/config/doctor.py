@@ -1,0 +1,288 @@
+"""The config doctor: one line per finding, each with its fix.
+
+It reads any composed config (``agl_lab.compose_config``, a run's saved ``config.yaml``, a config built by
+hand) and explains what would surprise a researcher at step 1 or step 500: the rollout-level pair set
+half-way, estimators Agent Lightning refuses, a dual-clip constant that verl rejects, an update cap
+that drops everything, a mini-batch larger than the batch, misspelt keys, wrong types and unknown
+enum values. Errors stop ``agl-lab train``; warnings and notes are printed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from verl.trainer.ppo import core_algos
+
+from agl_lab.config.compose import ConfigError, key_problem, shared_base, type_problem
+from agl_lab.config.lab_config import LabConfig, lab_field_rule
+from agl_lab.config.modes import LOSS_MODES
+from agl_lab.config.settings import (
+    CAP,
+    ESTIMATOR,
+    LOSS_AGG_MODE,
+    LOSS_MODE,
+    MINI_BATCH,
+    ROLLOUT_LEVEL,
+    SETTINGS,
+    estimator_choices,
+)
+from agl_lab.config.tree import INTERPOLATION, leaves
+from agl_lab.core.aggregation import TRACE_LEVELS
+from agl_lab.core.loss import PER_ROLLOUT_MEAN_LOSS_MODE
+
+__all__ = ["Finding", "diagnose", "findings_frame", "raise_for_errors", "settings_frame"]
+
+# Estimators whose advantages vary along a row: rollout-level advantage cannot broadcast them.
+TOKEN_LEVEL_ESTIMATORS = ("gae", "optimal_token_baseline", "tir_optimal_token_baseline")
+# verl's loss_agg_mode values: those the catalogue's verl modes select.
+_AGG_MODES = [m.settings[LOSS_AGG_MODE] for m in LOSS_MODES.values() if LOSS_AGG_MODE in m.settings]
+# The lab: section's accepted values, from its own metadata.
+_LAB_RULES = {name: lab_field_rule(name) for name in LabConfig.__dataclass_fields__}
+
+ADV, PAIR_ADV, MINI = ESTIMATOR, ROLLOUT_LEVEL, MINI_BATCH
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: Literal["error", "warning", "note"]
+    key: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.level:<7} {self.key}: {self.message} -> fix: {self.fix}"
+
+
+def diagnose(cfg: DictConfig) -> list[Finding]:
+    """Every finding for ``cfg``, errors first."""
+    findings = _structure(cfg)
+    if any(f.level == "error" for f in findings):
+        return findings  # semantic checks would only repeat the same broken values
+    get = _getter(cfg)
+    findings += _enums(get)
+    findings += _lab_ranges(get)
+    findings += _pair(get)
+    findings += _algorithm(get)
+    findings += _batch_sizes(get)
+    order = {"error": 0, "warning": 1, "note": 2}
+    return sorted(findings, key=lambda f: order[f.level])
+
+
+def settings_frame(cfg: DictConfig) -> pd.DataFrame:
+    """The three settings (and the divisor, the estimator) as resolved in ``cfg``, beside Agent Lightning's defaults.
+
+    Values read as in YAML: an unset cap shows as ``null``.
+    """
+
+    def show(value: Any) -> Any:
+        return "null" if value is None else value
+
+    rows = [
+        {
+            "key": key,
+            "value": show(OmegaConf.select(cfg, key, default=None)),
+            "default": show(setting.default),
+            "meaning": setting.meaning,
+        }
+        for key, setting in SETTINGS.items()
+    ]
+    return pd.DataFrame(rows)
+
+
+def findings_frame(findings: list[Finding]) -> pd.DataFrame:
+    """The doctor's findings as a table (level, key, message, fix)."""
+    return pd.DataFrame([vars(f) for f in findings], columns=["level", "key", "message", "fix"])
+
+
+def raise_for_errors(findings: list[Finding]) -> None:
+    """Raise :class:`ConfigError` with every error finding, one per line."""
+    errors = [str(f) for f in findings if f.level == "error"]
+    if errors:
+        raise ConfigError("config has problems:\n" + "\n".join(f"  - {e}" for e in errors))
+
+
+def _structure(cfg: DictConfig) -> list[Finding]:
+    base = shared_base()
+    findings: list[Finding] = []
+    reported: list[str] = []
+    for path, value in leaves(cfg):
+        if any(path.startswith(r + ".") for r in reported):
+            continue
+        problem = key_problem(path, base)
+        if problem:
+            first_unknown = _first_unknown(path, base)
+            reported.append(first_unknown)
+            findings.append(Finding("error", first_unknown, problem, "rename it to the suggested key or remove it"))
+            continue
+        problem = None if value is INTERPOLATION else type_problem(path, value, base)
+        if problem:
+            findings.append(Finding("error", path, problem, f"set {path} to a value of that type"))
+    try:
+        OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        findings.append(Finding("error", "config", str(exc).splitlines()[0], "fix or replace the interpolation"))
+    return findings
+
+
+def _enums(get) -> list[Finding]:
+    choices = {
+        ADV: estimator_choices(),
+        LOSS_MODE: sorted(core_algos.POLICY_LOSS_REGISTRY),
+        LOSS_AGG_MODE: _AGG_MODES,
+        "agentlightning.trace_aggregator.level": list(TRACE_LEVELS),
+        **{f"lab.{name}": list(rule["choices"]) for name, rule in _LAB_RULES.items() if "choices" in rule},
+    }
+    findings = []
+    for key, allowed in choices.items():
+        value = get(key)
+        if isinstance(value, str) and value in allowed:
+            continue
+        near = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.5)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        findings.append(Finding("error", key, f"unknown value {value!r}{hint}", f"use one of: {', '.join(allowed)}"))
+    return findings
+
+
+def _lab_ranges(get) -> list[Finding]:
+    findings = []
+    for name, rule in _LAB_RULES.items():
+        low, high, value = rule.get("low"), rule.get("high"), get(f"lab.{name}")
+        if low is None or not isinstance(value, int | float) or isinstance(value, bool) or low <= value <= high:
+            continue
+        findings.append(
+            Finding(
+                "error", f"lab.{name}", f"must be in [{low:g}, {high:g}], got {value!r}", f"set lab.{name} in range"
+            )
+        )
+    return findings
+
+
+def _pair(get) -> list[Finding]:
+    rollout_level = bool(get(PAIR_ADV))
+    per_rollout = get(LOSS_MODE) == PER_ROLLOUT_MEAN_LOSS_MODE
+    if rollout_level and not per_rollout:
+        return [
+            Finding(
+                "warning",
+                LOSS_MODE,
+                f"rollout-level advantage is on but loss_mode is {get(LOSS_MODE)!r}: each rollout gets one advantage, "
+                "yet the loss still weighs a rollout by how many rows/tokens it became",
+                f"set {LOSS_MODE}={PER_ROLLOUT_MEAN_LOSS_MODE} (or {PAIR_ADV}=false for plain verl)",
+            )
+        ]
+    if per_rollout and not rollout_level:
+        return [
+            Finding(
+                "warning",
+                PAIR_ADV,
+                "per_rollout_mean is on but rollout-level advantage is off: a rollout split into k rows sits k times "
+                "in its GRPO group and shifts the group's mean and std",
+                f"set {PAIR_ADV}=true (or {LOSS_MODE}=vanilla for plain verl)",
+            )
+        ]
+    return []
+
+
+def _algorithm(get) -> list[Finding]:
+    findings = []
+    estimator = str(get(ADV))
+    if estimator == core_algos.AdvantageEstimator.REMAX.value:
+        findings.append(
+            Finding(
+                "error",
+                ADV,
+                "REMAX baseline not yet supported in AgentLightningRayPPOTrainer",
+                f"use {ADV}=grpo (or rloo, reinforce_plus_plus)",
+            )
+        )
+    if estimator in TOKEN_LEVEL_ESTIMATORS and get(PAIR_ADV):
+        findings.append(
+            Finding(
+                "error",
+                ADV,
+                f"{estimator} gives per-token advantages; rollout-level advantage refuses them "
+                "('requires scalar outcome-style advantages')",
+                f"use an outcome estimator (grpo, rloo, ...) or set {PAIR_ADV}=false",
+            )
+        )
+    if get("algorithm.use_kl_in_reward") and get(PAIR_ADV):
+        findings.append(
+            Finding(
+                "error",
+                "algorithm.use_kl_in_reward",
+                "a KL penalty in the reward gives each row of a rollout a different reward sum, which rollout-level "
+                "advantage refuses ('share the same scalar token_level_rewards sum')",
+                "set algorithm.use_kl_in_reward=false and, for a KL term, actor_rollout_ref.actor.use_kl_loss=true",
+            )
+        )
+    clip_ratio_c = get("actor_rollout_ref.actor.clip_ratio_c")
+    if clip_ratio_c is not None and not clip_ratio_c > 1.0:
+        findings.append(
+            Finding(
+                "error",
+                "actor_rollout_ref.actor.clip_ratio_c",
+                f"clip_ratio_c must be greater than 1.0, got {clip_ratio_c}",
+                "set actor_rollout_ref.actor.clip_ratio_c above 1 (default 3.0)",
+            )
+        )
+    cap = get(CAP)
+    if cap is None:
+        findings.append(
+            Finding(
+                "note",
+                CAP,
+                "no update cap: a step whose rollouts split into many rows makes that many more PPO updates",
+                f"{CAP}=2 is what the Agent Lightning docs recommend for stability",
+            )
+        )
+    elif isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        findings.append(
+            Finding(
+                "error",
+                CAP,
+                f"must be null or an integer >= 1, got {cap!r}: a cap below 1 drops every row, so no step trains",
+                f"set {CAP}=null (no cap) or 2 (recommended)",
+            )
+        )
+    return findings
+
+
+def _batch_sizes(get) -> list[Finding]:
+    findings = []
+    sizes = {key: get(key) for key in ("data.train_batch_size", MINI, "actor_rollout_ref.rollout.n")}
+    for key, value in sizes.items():
+        if isinstance(value, int) and value < 1:
+            findings.append(Finding("error", key, f"must be a positive integer, got {value}", f"set {key} >= 1"))
+    batch, mini = sizes["data.train_batch_size"], sizes[MINI]
+    if isinstance(batch, int) and isinstance(mini, int) and mini > batch >= 1:
+        findings.append(
+            Finding(
+                "error",
+                MINI,
+                f"ppo_mini_batch_size ({mini}) is larger than data.train_batch_size ({batch}): one mini-batch needs "
+                f"{mini} x rollout.n rows but a step may collect only {batch} x rollout.n, so steps are skipped",
+                f"set {MINI} <= {batch}",
+            )
+        )
+    return findings
+
+
+def _getter(cfg: DictConfig):
+    def get(path: str) -> Any:
+        return OmegaConf.select(cfg, path, default=None)
+
+    return get
+
+
+def _first_unknown(path: str, base: DictConfig) -> str:
+    parts = path.split(".")
+    for depth in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:depth])
+        if key_problem(prefix, base):
+            return prefix
+    return path

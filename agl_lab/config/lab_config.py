@@ -1,0 +1,69 @@
+"""agl_lab's own settings: the ``lab:`` section of the config, defined once (a structured config).
+
+Agent Lightning ignores this section and exports drop it. Each field has its default, its effect and, in its
+metadata, the values it accepts (``choices``, or a ``low``/``high`` range); the config doctor checks every
+field against that metadata, so a bad value is refused before a run creates anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from agl_lab.core.loss import DIVISORS
+
+__all__ = ["TASKS", "LabConfig", "lab_field_rule"]
+
+# The agent tasks a short run can train on (agl_lab.training.tasks implements each).
+TASKS = ("lock",)
+
+
+def _field(default: Any, *, choices: tuple = (), low: float | None = None, high: float | None = None) -> Any:
+    return field(default=default, metadata={"choices": choices, "low": low, "high": high})
+
+
+@dataclass
+class LabConfig:
+    """agl_lab's own settings (the ``lab:`` section); Agent Lightning ignores them and exports drop them."""
+
+    # Seeds agl_lab's randomness: the policy's weights, the task, every sampling draw and which surplus rows
+    # the update cap drops (Agent Lightning v1.0 draws unseeded).
+    seed: int = _field(0, low=0, high=2**32 - 1)
+    # per_rollout_mean divisor: "rows" = Agent Lightning v1.0 (rollout tokens × trained rows, batch total
+    # n_rollouts/n_rows); "rollouts" = the technical report's Eq. 16 (rollout tokens × rollouts, total 1).
+    per_rollout_divisor: str = _field("rows", choices=DIVISORS)
+
+    # --- short training runs (agl_lab.train, `agl-lab train`, notebooks/03_short_training_runs.ipynb) ---
+    # Agent task the policy plays: "lock" = a combination-lock game whose failing rollouts take the most turns
+    # (agl_lab.training.tasks). Source: agl_lab (Agent Lightning trains on your own agent instead).
+    task: str = _field("lock", choices=TASKS)
+    # Dataset items of the task (locks, each with its own code to learn): more items take longer to learn.
+    task_size: int = _field(8, low=2, high=10_000)
+    # LLM calls one episode may make; a failing rollout makes all of them and so becomes the most rows.
+    max_turns: int = _field(4, low=1, high=64)
+    # Chance that the environment rewrites the context after a wrong guess instead of appending to it: the next
+    # prompt then does not continue the previous one, so the trajectory-level aggregator starts a new row.
+    rewrite_prob: float = _field(0.3, low=0.0, high=1.0)
+    # A local Hugging Face model folder for the policy (e.g. a finished run's policy/). null = the tiny default,
+    # unless actor_rollout_ref.model.path is a local folder. Nothing is ever downloaded.
+    model_path: str | None = None
+    # The tiny default policy: LlamaForCausalLM layers and hidden width (heads = width / 16), weights from seed.
+    model_layers: int = _field(2, low=1, high=64)
+    model_hidden: int = _field(64, low=1, high=8192)
+    # Where the policy runs: auto = CUDA when torch sees a GPU, else CPU; or cpu, cuda, cuda:N.
+    device: str = "auto"
+    # The run directory (config.yaml, metrics.jsonl, timings.jsonl, policy/, wandb/). null = a fresh
+    # runs/<time>-<trainer.experiment_name>-s<seed> under the working directory.
+    run_dir: str | None = None
+    # torch CPU threads while a run trains (restored after); 0 = leave torch's setting. 1 suits the tiny policy: its
+    # ops are too small to split, and extra threads spin-wait when the cores are busy (measured on 2 shared cores:
+    # a default run took 8 s with 1 thread, 100 s with 2).
+    cpu_threads: int = _field(1, low=0, high=1024)
+
+
+_FIELDS = {f.name: f for f in fields(LabConfig)}
+
+
+def lab_field_rule(name: str) -> dict[str, Any]:
+    """The accepted values of ``lab.<name>``: ``{"choices": (...), "low": x, "high": y}`` (empty where free)."""
+    return {k: v for k, v in _FIELDS[name].metadata.items() if v not in ((), None)}

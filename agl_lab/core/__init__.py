@@ -1,0 +1,7 @@
+"""The batch math on verl ``DataProto`` rows, in Agent Lightning's trainer order; nothing here draws, tracks or
+starts a cluster.
+
+``rows`` (building and checking rows) · ``groups`` (rows by rollout or uid) · ``aggregation`` (rollouts → rows) ·
+``update_cap`` (marked rows, mini-batch alignment, the cap) · ``advantage`` (rollout-level advantage) · ``loss``
+(per_rollout_mean normalization and loss) · ``pipeline`` (steps 1–5) · ``weights`` (per-token loss weights).
+"""

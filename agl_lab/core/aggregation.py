@@ -1,0 +1,240 @@
+"""Trace aggregation: rollouts (sequences of LLM calls) → training rows, as Agent Lightning's adapter does it.
+
+``transition`` level: every call is one row, its whole response trainable.
+
+``trajectory`` level: a call joins the current row only if its prompt token ids begin exactly with the
+current context (the row's prompt + everything appended so far). The extra prompt tokens (tool
+observations, chat-template text) are appended to the response with loss mask 0, then the new
+response with mask 1. A call whose prompt does not continue the context closes the row (a *merge
+mismatch*) and starts a new one from its full prompt. So one rollout becomes one row when every turn
+continues the last, and several rows when the agent's context is rewritten — the multi-row rollouts
+the three per-rollout settings exist for.
+
+Limits: a response over ``max_response_length`` keeps its first tokens (``training/n_truncated_sample``);
+a prompt over ``max_prompt_length`` keeps its first tokens and the row is flagged ``is_drop_mask``
+(removed by the trainer, ``training/n_sample_dropped/marked``); a row with no trainable token is skipped
+(``training/n_skipped_empty_rows``). Every row carries its rollout's reward on its last response token.
+Rows are padded to the longest prompt/response in the batch (at most the limits) rather than to the
+limits themselves: the masks are the same and a CPU lab does not pay for 8,192 columns of padding.
+Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from omegaconf import DictConfig
+from verl import DataProto
+
+from agl_lab.core.rows import build_rows
+
+__all__ = ["TRACE_LEVELS", "LLMCall", "Rollout", "aggregate", "aggregation_limits"]
+
+TRACE_LEVELS = ("transition", "trajectory")
+Level = Literal["transition", "trajectory"]
+
+
+@dataclass(frozen=True)
+class LLMCall:
+    """One LLM call of an agent: the prompt it saw and the response it gave (token ids), optionally log-probs."""
+
+    prompt_ids: Sequence[int]
+    response_ids: Sequence[int]
+    log_probs: Sequence[float] | None = None
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One agent episode on one dataset item: its calls in order and its final reward (None: none was given)."""
+
+    rollout_id: Any
+    data_id: Any
+    calls: Sequence[LLMCall] = field(default_factory=tuple)
+    reward: float | None = None
+
+
+@dataclass
+class _Row:
+    rollout: Rollout
+    turn: int
+    prompt: list[int]
+    response: list[int]
+    mask: list[int]
+    log_probs: list[float] | None
+
+
+def aggregation_limits(cfg: DictConfig) -> dict[str, Any]:
+    """The aggregator's settings from a composed config, read as Agent Lightning's trainer reads them.
+
+    The trajectory level uses ``agentlightning.trace_aggregator.trajectory_max_{prompt,response}_length``;
+    the transition level verl's ``data.max_prompt_length`` / ``data.max_response_length``.
+    """
+    aggregator = cfg.agentlightning.trace_aggregator
+    level = aggregator.level
+    trajectory = str(level).startswith("trajectory")
+    return {
+        "level": level,
+        "max_prompt_length": aggregator.trajectory_max_prompt_length if trajectory else cfg.data.max_prompt_length,
+        "max_response_length": (
+            aggregator.trajectory_max_response_length if trajectory else cfg.data.max_response_length
+        ),
+        "reward_fillna_value": cfg.agentlightning.reward_fillna_value,
+    }
+
+
+def aggregate(
+    rollouts: Sequence[Rollout],
+    *,
+    level: Level,
+    max_prompt_length: int,
+    max_response_length: int,
+    reward_fillna_value: float = 0.0,
+    pad_token_id: int = 0,
+) -> tuple[DataProto, dict[str, Any]]:
+    """Turn rollouts into verl rows and Agent Lightning's adapter metrics.
+
+    Rows hold ``prompts``, ``responses``, ``input_ids``, ``attention_mask``, ``position_ids``, ``response_mask``,
+    ``is_drop_mask``, ``token_level_scores`` (and ``rollout_log_probs`` when every row has them), and the
+    non-tensor ``data_id_list``, ``rollout_id_list`` (and ``turn_index_list`` at the transition level).
+    """
+    if level not in TRACE_LEVELS:
+        raise ValueError(f"Unknown trace_aggregator_level: {level}")
+    for name, value in (("max_prompt_length", max_prompt_length), ("max_response_length", max_response_length)):
+        if not isinstance(value, int | np.integer) or value < 1:
+            raise ValueError(f"{name} must be a positive number of tokens, got {value!r}")
+
+    candidates: list[_Row] = []
+    turn_lengths: list[int] = []
+    n_mismatch = n_unmerged = n_with_reward = n_with_trace = 0
+    for rollout in rollouts:
+        n_with_reward += rollout.reward is not None
+        if not rollout.calls:
+            warnings.warn(f"No triplets found for training rollout {rollout.rollout_id}, skipping.", stacklevel=2)
+            continue
+        n_with_trace += 1
+        turn_lengths.extend(len(call.response_ids) for call in rollout.calls)
+        if level == "transition":
+            rows = [_row(rollout, turn, call) for turn, call in enumerate(rollout.calls)]
+        else:
+            rows, mismatches = _merge(rollout)
+            n_mismatch += mismatches
+            n_unmerged += len(rows) > 1
+        candidates.extend(rows)
+
+    kept, n_truncated, n_empty = _apply_limits(candidates, max_prompt_length, max_response_length)
+    if not kept:
+        raise RuntimeError("get_train_data_batch emitted zero training rows.")
+    with_log_probs = [row.log_probs is not None for row, _ in kept]
+    if any(with_log_probs) and not all(with_log_probs):
+        warnings.warn("Mixed rollout log_probs availability, omitting rollout_log_probs from batch.", stacklevel=2)
+    rewards = [_reward(r, reward_fillna_value) for r in rollouts]
+    batch = build_rows(
+        prompts=[row.prompt for row, _ in kept],
+        responses=[row.response for row, _ in kept],
+        response_masks=[row.mask for row, _ in kept],
+        rewards=[_reward(row.rollout, reward_fillna_value) for row, _ in kept],
+        rollout_ids=[row.rollout.rollout_id for row, _ in kept],
+        data_ids=[row.rollout.data_id for row, _ in kept],
+        is_drop=[drop for _, drop in kept],
+        turn_indices=[row.turn for row, _ in kept] if level == "transition" else None,
+        rollout_log_probs=[row.log_probs for row, _ in kept] if all(with_log_probs) else None,
+        pad_token_id=pad_token_id,
+    )
+    metrics: dict[str, Any] = {
+        "training/reward": float(np.mean(rewards)) if rewards else 0.0,
+        "training/n_sample": len(kept),
+        "training/n_rollouts": len(rollouts),
+        "training/n_rollouts_w_trace": n_with_trace,
+        "training/n_rollouts_w_reward": n_with_reward,
+        "training/n_truncated_sample": n_truncated,
+        "training/n_skipped_empty_rows": n_empty,
+        "training/n_turns": len(turn_lengths),
+        "response_length/training/avg_by_turn": float(np.mean(turn_lengths)),
+        "response_length/training/max_by_turn": int(np.max(turn_lengths)),
+        "response_length/training/min_by_turn": int(np.min(turn_lengths)),
+    }
+    if level == "trajectory":
+        metrics["training/n_unmerged_rollouts"] = n_unmerged
+        metrics["training/n_trace_merge_mismatch_rows"] = n_mismatch
+    return batch, metrics
+
+
+def _row(rollout: Rollout, turn: int, call: LLMCall) -> _Row:
+    response = _ids(call.response_ids, rollout, turn, "response_ids")
+    return _Row(
+        rollout=rollout,
+        turn=turn,
+        prompt=_ids(call.prompt_ids, rollout, turn, "prompt_ids"),
+        response=response,
+        mask=[1] * len(response),
+        log_probs=_log_probs(call, len(response)),
+    )
+
+
+def _merge(rollout: Rollout) -> tuple[list[_Row], int]:
+    """Trajectory level: merge calls that continue the current context; a call that does not starts a new row."""
+    rows = [_row(rollout, 0, rollout.calls[0])]
+    context = rows[0].prompt + rows[0].response
+    mismatches = 0
+    for turn, call in enumerate(rollout.calls[1:], start=1):
+        nxt = _row(rollout, turn, call)
+        current = rows[-1]
+        if nxt.prompt[: len(context)] == context:
+            observation = nxt.prompt[len(context) :]  # tool output / template text: context, not trainable
+            current.response += observation + nxt.response
+            current.mask += [0] * len(observation) + nxt.mask
+            if current.log_probs is not None and nxt.log_probs is not None:
+                current.log_probs += [0.0] * len(observation) + nxt.log_probs
+            else:
+                current.log_probs = None
+        else:
+            mismatches += 1
+            rows.append(nxt)
+        context = nxt.prompt + nxt.response
+    return rows, mismatches
+
+
+def _apply_limits(rows: list[_Row], max_prompt: int, max_response: int) -> tuple[list[tuple[_Row, bool]], int, int]:
+    kept: list[tuple[_Row, bool]] = []
+    n_truncated = n_empty = 0
+    for row in rows:
+        drop = len(row.prompt) > max_prompt
+        if drop:
+            row.prompt = row.prompt[:max_prompt]
+        if len(row.response) > max_response:
+            row.response, row.mask = row.response[:max_response], row.mask[:max_response]
+            if row.log_probs is not None:
+                row.log_probs = row.log_probs[:max_response]
+            n_truncated += 1
+        if sum(row.mask) == 0:
+            n_empty += 1
+            continue
+        kept.append((row, drop))
+    return kept, n_truncated, n_empty
+
+
+def _ids(values: Sequence[int], rollout: Rollout, turn: int, name: str) -> list[int]:
+    # One C-level dtype check instead of an isinstance per token (it was most of aggregation's time).
+    ids = np.asarray(values)
+    if ids.size and (ids.ndim != 1 or ids.dtype.kind not in "iu"):  # floats, bools, strings, nested lists
+        raise ValueError(f"rollout {rollout.rollout_id!r} call {turn}: {name} must be a list of integer token ids")
+    return ids.tolist()
+
+
+def _log_probs(call: LLMCall, n: int) -> list[float] | None:
+    if call.log_probs is None or len(call.log_probs) != n:
+        return None  # a length mismatch makes them unusable, as in Agent Lightning
+    return [float(x) for x in call.log_probs]
+
+
+def _reward(rollout: Rollout, fillna: float) -> float:
+    if rollout.reward is None:
+        return float(fillna)
+    reward = float(rollout.reward)
+    if not np.isfinite(reward):
+        raise ValueError(f"rollout {rollout.rollout_id!r} has reward {reward}: use None for a missing reward")
+    return reward

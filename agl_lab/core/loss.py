@@ -1,0 +1,168 @@
+"""The ``per_rollout_mean`` policy loss: every rollout weighs the same, however many rows it became.
+
+Two halves, as in Agent Lightning v1.0:
+
+1. ``normalize_advantages_by_rollout`` (trainer side, once per step) divides each row's advantage by
+   its rollout's trainable-token count times a batch-level count, so a rollout's advantage mass
+   ``Σ_rows Σ_tokens A·mask / divisor`` is ``A / count`` whether it has one row or five.
+   ``divisor="rows"`` (v1.0) uses the number of trained rows: the batch total is then
+   n_rollouts / n_rows, which drifts from step to step (Agent Lightning issue #593).
+   ``divisor="rollouts"`` (the technical report's Eq. 16) uses the number of distinct rollouts, so every
+   rollout carries exactly 1/R and the total is 1.
+2. ``compute_policy_loss_per_rollout_mean`` (actor side, per micro-batch) is the clipped PPO loss on
+   those pre-normalized advantages, **summed** over tokens (a mean would normalize twice). It is
+   registered in verl's policy-loss registry as ``per_rollout_mean`` on ``import agl_lab``; Ray workers
+   get it through :func:`ray_runtime_env`.
+
+Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Literal
+
+import torch
+import verl.utils.torch_functional as verl_F
+from verl.trainer.ppo import core_algos
+
+from agl_lab.core.groups import group_rows
+
+__all__ = [
+    "DIVISORS",
+    "PER_ROLLOUT_MEAN_LOSS_MODE",
+    "compute_policy_loss_per_rollout_mean",
+    "normalize_advantages_by_rollout",
+    "ray_runtime_env",
+    "register_in_worker",
+]
+
+PER_ROLLOUT_MEAN_LOSS_MODE = "per_rollout_mean"
+
+Divisor = Literal["rows", "rollouts"]
+DIVISORS: tuple[str, ...] = ("rows", "rollouts")  # rows: Agent Lightning v1.0; rollouts: Eq. 16
+
+
+def normalize_advantages_by_rollout(
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    rollout_ids: Any,
+    *,
+    num_trained_rows: int,
+    divisor: Divisor = "rows",
+) -> torch.Tensor:
+    """Divide each row's advantages by (its rollout's trainable tokens) × (rows or rollouts in the batch).
+
+    ``advantages``/``response_mask``: (rows, R). ``rollout_ids``: one id per row. ``num_trained_rows``: the
+    row count after drops (v1.0 divisor). The divisor is floored at 1. Returns a new (rows, R) tensor.
+    """
+    if rollout_ids is None:
+        raise RuntimeError("per_rollout_mean loss requires rollout_id_list")
+    if divisor not in DIVISORS:
+        raise ValueError(f"divisor must be one of {list(DIVISORS)}, got {divisor!r}")
+    if len(rollout_ids) != advantages.shape[0]:
+        raise ValueError(f"rollout_ids length ({len(rollout_ids)}) must match advantages rows ({advantages.shape[0]})")
+    if num_trained_rows <= 0:
+        raise ValueError("num_trained_rows must be positive")
+    if response_mask.shape != advantages.shape:
+        raise ValueError(
+            f"response_mask shape {tuple(response_mask.shape)} must match advantages shape {tuple(advantages.shape)}"
+        )
+    rollouts = group_rows(rollout_ids, field="rollout_id_list")
+    codes = torch.from_numpy(rollouts.codes).to(advantages.device)  # (rows,)
+    row_tokens = response_mask.sum(dim=-1).to(advantages.dtype)  # (rows,)
+    rollout_tokens = torch.zeros(rollouts.n_groups, dtype=advantages.dtype, device=advantages.device)
+    rollout_tokens.index_add_(0, codes, row_tokens)  # (rollouts,)
+    count = num_trained_rows if divisor == "rows" else rollouts.n_groups
+    row_divisors = (rollout_tokens[codes] * count).clamp_min(1.0)  # (rows,)
+    return advantages / row_divisors.unsqueeze(-1)
+
+
+def compute_policy_loss_per_rollout_mean(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Clipped (and dual-clipped) PPO loss on rollout-normalized advantages, summed over tokens × dp_size.
+
+    All tensors are (rows, R). ``config`` is the actor config (verl ``ActorConfig`` or the
+    ``actor_rollout_ref.actor`` DictConfig). ``loss_agg_mode`` is accepted for the registry's signature and
+    ignored: the normalization already happened in :func:`normalize_advantages_by_rollout`.
+    """
+    if config is None:
+        raise ValueError(
+            "per_rollout_mean loss requires the actor config (clip_ratio, clip_ratio_c, ...): "
+            "pass config=actor_rollout_ref.actor"
+        )
+    clip_ratio = config.clip_ratio
+    clip_ratio_low = _fallback(config.get("clip_ratio_low", None), clip_ratio)
+    clip_ratio_high = _fallback(config.get("clip_ratio_high", None), clip_ratio)
+    clip_ratio_c = config.get("clip_ratio_c", 3.0)
+    if not clip_ratio_c > 1.0:
+        raise RuntimeError(f"clip_ratio_c must be greater than 1.0, got {clip_ratio_c}")
+
+    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)  # (rows, R)
+    ratio = torch.exp(negative_approx_kl)  # (rows, R)
+    ppo_kl = verl_F.masked_mean(-negative_approx_kl, response_mask)
+
+    pg_losses1 = -advantages * ratio  # (rows, R)
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)  # (rows, R)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    pg_clipfrac = verl_F.masked_mean(torch.gt(pg_losses2, pg_losses1).float(), response_mask)
+
+    # Dual clip (Ye et al. 2019): for negative advantages the loss is capped at -A · clip_ratio_c.
+    pg_losses3 = -advantages * clip_ratio_c
+    clip_pg_losses2 = torch.minimum(pg_losses3, clip_pg_losses1)
+    pg_clipfrac_lower = verl_F.masked_mean(
+        torch.gt(clip_pg_losses1, pg_losses3).float() * (advantages < 0).float(), response_mask
+    )
+    pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)  # (rows, R)
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+
+    # Data-parallel ranks average gradients; multiplying by dp_size keeps the global sum.
+    global_batch_info = config.get("global_batch_info", None) or {}
+    dp_size = global_batch_info.get("dp_size", 1) or 1
+    pg_loss = verl_F.masked_sum(pg_losses, response_mask) * dp_size
+    metrics = {
+        "actor/pg_clipfrac": pg_clipfrac.detach().item(),
+        "actor/ppo_kl": ppo_kl.detach().item(),
+        "actor/pg_clipfrac_lower": pg_clipfrac_lower.detach().item(),
+    }
+    return pg_loss, metrics
+
+
+def register_in_worker() -> None:
+    """Register ``per_rollout_mean`` in this process's verl registry (idempotent).
+
+    Called on ``import agl_lab`` and, as Ray's ``worker_process_setup_hook``, in every Ray worker, because a
+    worker that unpickles only verl objects never imports agl_lab by itself.
+    """
+    existing = core_algos.POLICY_LOSS_REGISTRY.get(PER_ROLLOUT_MEAN_LOSS_MODE)
+    if existing is None:
+        core_algos.register_policy_loss(PER_ROLLOUT_MEAN_LOSS_MODE)(compute_policy_loss_per_rollout_mean)
+    elif _qualname(existing) != _qualname(compute_policy_loss_per_rollout_mean):
+        warnings.warn(
+            f"verl's policy-loss registry already maps {PER_ROLLOUT_MEAN_LOSS_MODE!r} to {_qualname(existing)}; "
+            "agl_lab leaves that registration in place",
+            stacklevel=2,
+        )
+
+
+def ray_runtime_env(base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A Ray ``runtime_env`` whose workers register ``per_rollout_mean`` before running any task."""
+    env = dict(base or {})
+    env["worker_process_setup_hook"] = f"{__name__}.register_in_worker"
+    return env
+
+
+def _fallback(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+def _qualname(fn: Any) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"

@@ -1,0 +1,203 @@
+"""Agent Lightning's trainer steps 1–5 on one batch of rows, driven by the composed config.
+
+1. rows collected; ``is_drop_mask`` rows removed               (:func:`agl_lab.core.update_cap.drop_marked_rows`)
+2. mini-batch alignment and ``max_ppo_update_times``            (:func:`agl_lab.apply_update_cap`)
+   — here the trainer computes old log-probs (the lab trainer does; this module does not) —
+3. ``token_level_rewards`` = scores (or scores − β·KL with ``algorithm.use_kl_in_reward``)
+4. advantage: rollout-level (``algorithm.enable_rollout_level_advantage``) or verl's ``compute_advantage``
+5. ``per_rollout_mean``: advantages divided by rollout tokens × rows (or × rollouts, ``lab.per_rollout_divisor``)
+
+:func:`select_rows` is steps 1–2, :func:`compute_advantages` steps 3–5 and :func:`prepare_batch` both;
+the weighting lab, ``agl-lab check`` and the short-run trainer all go through them.
+"""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+from verl import DataProto
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.metric_utils import compute_data_metrics
+from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage, compute_response_mask
+
+from agl_lab.core.advantage import compute_rollout_level_advantage
+from agl_lab.core.groups import group_rows, non_tensor_ids, uniform_groups
+from agl_lab.core.loss import PER_ROLLOUT_MEAN_LOSS_MODE, normalize_advantages_by_rollout
+from agl_lab.core.update_cap import EmptyBatchWarning, marked_rows_kept, plan_update_cap
+
+__all__ = [
+    "FATES",
+    "Selection",
+    "advantage_kwargs",
+    "compute_advantages",
+    "mini_batch_rows",
+    "plan_selection",
+    "prepare_batch",
+    "select_rows",
+]
+
+
+def mini_batch_rows(cfg: DictConfig) -> int:
+    """Rows per PPO mini-batch: ``ppo_mini_batch_size × rollout.n`` (verl counts prompts, rows are rollouts)."""
+    return int(cfg.actor_rollout_ref.actor.ppo_mini_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Steps 1–2 on a batch: the rows that reach the update, and what happened to every input row."""
+
+    batch: DataProto  # the kept rows, in input order, with ``uid`` and ``response_mask`` set
+    kept: np.ndarray  # (kept,) int64: the input row of each kept row
+    fate: np.ndarray  # (rows,) object: one of FATES for every input row
+    metrics: dict[str, Any]
+
+
+FATES = ("kept", "dropped/marked", "dropped/same_reward", "dropped/random")
+
+
+def select_rows(rows: DataProto, cfg: DictConfig, *, seed: int | None = None) -> tuple[DataProto, dict[str, Any]]:
+    """Steps 1–2: set ``uid``, drop marked rows, align to mini-batches and apply the update cap.
+
+    ``rows`` is not modified. ``seed`` (default ``lab.seed``) fixes which surplus rows are dropped. An empty
+    result comes back with an ``EmptyBatchWarning``: skip the step.
+    """
+    selection = plan_selection(rows, cfg, seed=seed)
+    if len(selection.batch) == 0:
+        warnings.warn(
+            f"no trainable batch after drop+floor ({len(rows)} rows < one mini-batch of {mini_batch_rows(cfg)} "
+            "rows); skipping this training step",
+            EmptyBatchWarning,
+            stacklevel=2,
+        )
+    return selection.batch, selection.metrics
+
+
+def plan_selection(rows: DataProto, cfg: DictConfig, *, seed: int | None = None) -> Selection:
+    """:func:`select_rows` with its reasons: which input rows are kept, and why each other row is dropped."""
+    if cfg.algorithm.adv_estimator == core_algos.AdvantageEstimator.REMAX:
+        raise NotImplementedError("REMAX baseline not yet supported in AgentLightningRayPPOTrainer")
+    seed = int(cfg.lab.seed) if seed is None else seed
+    batch = _shallow_copy(rows)
+    if "data_id_list" in batch.non_tensor_batch:
+        batch.non_tensor_batch["uid"] = batch.non_tensor_batch["data_id_list"]
+    else:  # Agent Lightning gives every row its own group then
+        rng = np.random.default_rng(seed)
+        batch.non_tensor_batch["uid"] = np.array(
+            [str(uuid.UUID(bytes=rng.bytes(16), version=4)) for _ in range(len(batch))], dtype=object
+        )
+    if "response_mask" not in batch.batch.keys():
+        batch.batch["response_mask"] = compute_response_mask(batch)
+
+    n = len(batch)
+    survivors, metrics = marked_rows_kept(batch)  # (survivors,)
+    if len(survivors) < n:
+        batch = batch[torch.from_numpy(survivors)]
+    plan = plan_update_cap(
+        batch,
+        mini_batch_size=mini_batch_rows(cfg),
+        max_ppo_update_times=cfg.agentlightning.max_ppo_update_times,
+        seed=seed,
+    )
+    if len(plan.kept) < len(batch):
+        batch = batch[torch.from_numpy(plan.kept)]
+    fate = np.full(n, FATES[1], dtype=object)
+    fate[survivors] = FATES[0]
+    fate[survivors[plan.dropped_same_reward]] = FATES[2]
+    fate[survivors[plan.dropped_random]] = FATES[3]
+    return Selection(batch=batch, kept=survivors[plan.kept], fate=fate, metrics={**metrics, **plan.metrics})
+
+
+def compute_advantages(
+    batch: DataProto, cfg: DictConfig, *, kl_ctrl: Any | None = None
+) -> tuple[DataProto, dict[str, Any]]:
+    """Steps 3–5 on the rows that survived :func:`select_rows` (and got old log-probs, if a KL needs them).
+
+    ``kl_ctrl``: the trainer's KL controller when ``algorithm.use_kl_in_reward`` (a fixed one from the
+    config otherwise). Writes ``token_level_rewards``, ``advantages`` and ``returns`` into ``batch``.
+    """
+    algorithm = cfg.algorithm
+    metrics: dict[str, Any] = {}
+    if algorithm.use_kl_in_reward:
+        for key in ("old_log_probs", "ref_log_prob"):
+            if key not in batch.batch.keys():
+                raise ValueError(
+                    f"algorithm.use_kl_in_reward needs batch[{key!r}]: compute log-probs first or set it to false"
+                )
+        kl_ctrl = kl_ctrl if kl_ctrl is not None else core_algos.get_kl_controller(algorithm.kl_ctrl)
+        batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=kl_ctrl, kl_penalty=algorithm.kl_penalty)
+        metrics.update(kl_metrics)
+    else:
+        if "token_level_scores" not in batch.batch.keys():
+            raise ValueError("batch lacks token_level_scores: the rows need the rollout's reward on their last token")
+        batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+
+    adv_kwargs = advantage_kwargs(cfg)
+    if algorithm.enable_rollout_level_advantage:
+        batch, rollout_metrics = compute_rollout_level_advantage(batch, **adv_kwargs)
+        metrics.update(rollout_metrics)
+    else:
+        batch = compute_advantage(batch, **adv_kwargs)
+
+    metrics.update(_group_metrics(batch))
+    metrics.update(compute_data_metrics(batch=batch, use_critic=False))
+
+    if cfg.actor_rollout_ref.actor.policy_loss.loss_mode == PER_ROLLOUT_MEAN_LOSS_MODE:
+        rollout_ids = batch.non_tensor_batch.get("rollout_id_list")
+        if rollout_ids is None:
+            raise RuntimeError("per_rollout_mean loss requires rollout_id_list")
+        batch.batch["advantages"] = normalize_advantages_by_rollout(
+            batch.batch["advantages"],
+            batch.batch["response_mask"],
+            rollout_ids,
+            num_trained_rows=len(batch),
+            divisor=cfg.lab.per_rollout_divisor,
+        )
+    return batch, metrics
+
+
+def advantage_kwargs(cfg: DictConfig) -> dict[str, Any]:
+    """The estimator's arguments from the config, for verl's ``compute_advantage`` and the rollout-level path alike."""
+    algorithm = cfg.algorithm
+    return {
+        "adv_estimator": algorithm.adv_estimator,
+        "gamma": algorithm.gamma,
+        "lam": algorithm.lam,
+        "num_repeat": cfg.actor_rollout_ref.rollout.n,
+        "norm_adv_by_std_in_grpo": algorithm.get("norm_adv_by_std_in_grpo", True),
+        "config": algorithm,
+    }
+
+
+def prepare_batch(rows: DataProto, cfg: DictConfig, *, seed: int | None = None) -> tuple[DataProto, dict[str, Any]]:
+    """Steps 1–5: the batch ready for the actor update, and every metric the steps log.
+
+    If the drops leave nothing, the empty batch is returned with the drop counters only.
+    """
+    batch, metrics = select_rows(rows, cfg, seed=seed)
+    if len(batch) == 0:
+        return batch, metrics
+    batch, adv_metrics = compute_advantages(batch, cfg)
+    return batch, {**metrics, **adv_metrics}
+
+
+def _group_metrics(batch: DataProto) -> dict[str, int]:
+    """GRPO groups in the trained batch and how many have one reward throughout (zero advantage)."""
+    groups = group_rows(non_tensor_ids(batch, "uid"), field="uid")
+    scores = batch.batch["token_level_scores"].sum(dim=-1).float()  # (rows,)
+    return {
+        "training/n_groups": groups.n_groups,
+        "training/n_zero_adv_groups": int(uniform_groups(groups, scores).sum()),
+    }
+
+
+def _shallow_copy(rows: DataProto) -> DataProto:
+    """A DataProto sharing the tensors of ``rows``, so adding or replacing fields leaves ``rows`` as it was."""
+    return DataProto(
+        batch=rows.batch.copy(), non_tensor_batch=dict(rows.non_tensor_batch), meta_info=dict(rows.meta_info)
+    )

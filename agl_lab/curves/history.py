@@ -1,0 +1,244 @@
+"""Training histories from anywhere, as one long-form table: ``source, run, setting, seed, step, metric, value``.
+
+Sources: an agl_lab run directory (``metrics.jsonl`` + ``config.yaml``), an offline W&B run directory
+(read with :mod:`agl_lab.curves.wandb_offline`), an online W&B run through ``wandb.Api`` (needs a key), a CSV
+exported from the W&B UI, and verl's ``file``-backend JSONL (``{"step": N, "data": {...}}`` lines). One
+table lets local lab runs and runs you already have from real Agent Lightning training share a plot.
+Notebook: ``notebooks/04_reproduce_curves.ipynb``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from agl_lab.curves.wandb_offline import find_offline_runs, read_offline_run
+
+__all__ = [
+    "COLUMNS",
+    "long_form",
+    "missing_metrics",
+    "read_history",
+    "read_run_dir",
+    "read_verl_jsonl",
+    "read_wandb_csv",
+    "read_wandb_offline",
+    "read_wandb_online",
+    "require_metrics",
+]
+
+COLUMNS = ["source", "run", "setting", "seed", "step", "metric", "value"]
+_WANDB_INTERNAL = re.compile(r"^_(step|runtime|timestamp|wandb)")
+
+
+def read_history(path: str | Path) -> pd.DataFrame:
+    """Read any supported source, chosen by what ``path`` is; ``wandb://entity/project/run_id`` goes online."""
+    text = str(path)
+    if text.startswith("wandb://"):
+        return read_wandb_online(text.removeprefix("wandb://"))
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such run, W&B directory or export: {path}")
+    if path.is_dir():
+        if (path / "metrics.jsonl").exists():
+            return read_run_dir(path)
+        if any(path.rglob("run-*.wandb")):
+            return read_wandb_offline(path)
+        raise ValueError(
+            f"{path} is neither an agl_lab run directory (metrics.jsonl) nor holds offline W&B runs (run-*.wandb)"
+        )
+    if path.suffix == ".wandb":
+        return read_wandb_offline(path)
+    if path.suffix == ".csv":
+        return read_wandb_csv(path)
+    if path.suffix == ".jsonl":
+        return read_verl_jsonl(path)
+    raise ValueError(f"{path}: unknown kind of file; expected a run directory, .wandb, .csv or .jsonl")
+
+
+def read_run_dir(path: str | Path, *, setting: str | None = None, seed: int | None = None) -> pd.DataFrame:
+    """An agl_lab run directory: its ``metrics.jsonl``, labelled by its config (experiment name and lab.seed)."""
+    path = Path(path)
+    metrics = path / "metrics.jsonl"
+    if not metrics.exists():
+        raise FileNotFoundError(f"{path} has no metrics.jsonl: is it an agl_lab run directory?")
+    config = _yaml(path / "config.yaml")
+    rows = [_json_line(line, metrics, n) for n, line in enumerate(metrics.read_text().splitlines(), 1) if line.strip()]
+    return _long(
+        ((row.get("step"), row) for row in rows),
+        source="agl_lab",
+        run=path.name,
+        setting=setting or _get(config, "trainer.experiment_name") or path.name,
+        seed=seed if seed is not None else _get(config, "lab.seed"),
+    )
+
+
+def read_wandb_offline(path: str | Path, *, include_incomplete: bool = False) -> pd.DataFrame:
+    """Every offline W&B run below ``path``; runs without their exit record are left out unless asked for."""
+    tables, unfinished = [], []
+    for file in find_offline_runs(path):
+        run = read_offline_run(file)
+        if not run.complete and not include_incomplete:
+            unfinished.append(file.parent.name)
+            continue
+        tables.append(
+            _long(
+                ((row.get("_step"), row) for row in run.history),
+                source="wandb-offline",
+                run=run.run_id,
+                setting=_get(run.config, "trainer.experiment_name") or run.name or run.run_id,
+                seed=_get(run.config, "lab.seed"),
+            )
+        )
+    if unfinished:
+        warnings.warn(
+            f"left out {len(unfinished)} unfinished offline W&B run(s) below {path} (no exit record yet: still "
+            f"running, or crashed): {', '.join(unfinished)}; include_incomplete=True reads them as they are",
+            stacklevel=2,
+        )
+    if not tables:
+        raise ValueError(f"no finished offline W&B run below {path} (a run is finished once it has its exit record)")
+    return pd.concat(tables, ignore_index=True)
+
+
+def read_wandb_online(run_path: str, *, api: Any | None = None) -> pd.DataFrame:
+    """A run on the W&B server (``entity/project/run_id``); needs network and a W&B key (``wandb login``)."""
+    if api is None:
+        import wandb
+
+        api = wandb.Api()
+    run = api.run(run_path)
+    config = dict(run.config)
+    return _long(
+        ((row.get("_step"), row) for row in run.scan_history()),
+        source="wandb",
+        run=run.id,
+        setting=_get(config, "trainer.experiment_name") or run.name,
+        seed=_get(config, "lab.seed"),
+    )
+
+
+def read_wandb_csv(path: str | Path) -> pd.DataFrame:
+    """A CSV exported from the W&B UI: a ``Step`` column and ``<run> - <metric>`` columns (``__MIN``/``__MAX``
+    band columns are ignored), or plain metric columns for one run named after the file."""
+    path = Path(path)
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not a readable CSV: {exc}") from exc
+    step = next((c for c in frame.columns if c.lower() in ("step", "_step", "global_step")), None)
+    if step is None:
+        raise ValueError(f"{path} has no Step column; export the chart or run history as CSV from the W&B UI")
+    parts = []
+    for column in frame.columns:
+        if column == step or column.endswith(("__MIN", "__MAX")) or _WANDB_INTERNAL.match(column):
+            continue
+        run, _, metric = column.rpartition(" - ")
+        values = pd.to_numeric(frame[column], errors="coerce")
+        part = pd.DataFrame({"step": frame[step], "metric": metric, "value": values, "run": run or path.stem})
+        parts.append(part.dropna(subset=["value"]))
+    if not parts:
+        raise ValueError(f"{path} has no metric columns")
+    table = pd.concat(parts, ignore_index=True)
+    table["source"], table["setting"], table["seed"] = "wandb-csv", table["run"], np.nan
+    return _finish(table)
+
+
+def read_verl_jsonl(path: str | Path) -> pd.DataFrame:
+    """verl's ``file`` tracking backend: one ``{"step": N, "data": {...}}`` object per line."""
+    path = Path(path)
+    rows = [_json_line(line, path, n) for n, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
+    if rows and not all(isinstance(r, dict) and "step" in r and isinstance(r.get("data"), dict) for r in rows):
+        if all("step" in r for r in rows):  # an agl_lab metrics.jsonl given directly
+            return _long(((r["step"], r) for r in rows), source="agl_lab", run=path.parent.name, setting=None)
+        raise ValueError(f"{path} is not verl file-backend output: lines must be {{'step': N, 'data': {{...}}}}")
+    return _long(((r["step"], r["data"]) for r in rows), source="verl-file", run=path.stem, setting=path.parent.name)
+
+
+def long_form(
+    history: pd.DataFrame, *, setting: str, seed: int | None = None, run: str | None = None, source: str = "agl_lab"
+) -> pd.DataFrame:
+    """One run's wide history (a line per step: ``step`` + a column per metric, as :func:`agl_lab.train` returns
+    it) as the long-form table every history figure and band reads."""
+    if "step" not in history:
+        raise ValueError(f"a run history needs a step column; it has {list(history.columns)[:10]}")
+    records = [{k: v for k, v in row.items() if not pd.isna(v)} for row in history.to_dict("records")]  # gaps: absent
+    return _long(((row["step"], row) for row in records), source=source, run=run or setting, setting=setting, seed=seed)
+
+
+def missing_metrics(table: pd.DataFrame, expected: Iterable[str]) -> dict[str, list[str]]:
+    """For each run, the expected metrics it never logged (runs with everything are left out)."""
+    expected = list(expected)
+    present = table.groupby("run")["metric"].agg(set)
+    return {
+        run: [m for m in expected if m not in metrics] for run, metrics in present.items() if set(expected) - metrics
+    }
+
+
+def require_metrics(table: pd.DataFrame, expected: Sequence[str]) -> None:
+    """Raise a ValueError naming, per run, the expected metrics it lacks."""
+    missing = missing_metrics(table, expected)
+    if missing:
+        lines = [f"  {run}: {', '.join(metrics)}" for run, metrics in missing.items()]
+        raise ValueError("runs without the expected metrics:\n" + "\n".join(lines))
+
+
+def _long(steps: Iterable[tuple[Any, Mapping[str, Any]]], *, source: str, run: str, setting: Any, seed=None):
+    records = []
+    for step, row in steps:
+        for metric, value in row.items():
+            if metric == "step" or _WANDB_INTERNAL.match(metric) or not _is_number(value):
+                continue
+            records.append((step, metric, float(value)))
+    table = pd.DataFrame(records, columns=["step", "metric", "value"])
+    table["source"], table["run"], table["setting"], table["seed"] = source, run, setting or run, seed
+    return _finish(table)
+
+
+def _finish(table: pd.DataFrame) -> pd.DataFrame:
+    table["step"] = pd.to_numeric(table["step"], errors="coerce").astype("Int64")
+    table["seed"] = pd.to_numeric(table["seed"], errors="coerce").astype("Int64")
+    return table[COLUMNS].reset_index(drop=True)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float | np.number) and not isinstance(value, bool)
+
+
+def _get(config: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _yaml(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not valid YAML: {exc}") from exc
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def _json_line(line: str, path: Path, number: int) -> dict[str, Any]:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{path}:{number} is not JSON ({exc.msg}); is the file corrupt or still being written?"
+        ) from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}:{number} is not a JSON object")
+    return value

@@ -1,0 +1,64 @@
+"""One line per setting: what a sweep (or the demo, a sweep with one seed) found, from its long-form table.
+
+Success early and late (the mean over the first and the last 20% of steps: learning shows as the second well
+above the first), rows per rollout, rows trained and dropped, PPO updates per step; each averaged over the
+setting's seeds, with ``n_seeds`` beside it. ``agl-lab demo`` writes it as ``summary.csv`` and ``summary.md``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["SUCCESS", "markdown_table", "success_first_last", "summarize"]
+
+SUCCESS = "lab/success_rate"
+
+
+def summarize(table: pd.DataFrame) -> pd.DataFrame:
+    """One line per setting (in the table's order), each value the mean over the setting's seeds."""
+    if table.empty:
+        return pd.DataFrame(columns=["setting", "n_seeds"])
+    lines = []
+    for setting, part in table.groupby("setting", sort=False):
+        runs = [  # one wide history (a line per step, a column per metric) per seed
+            run.pivot_table(index="step", columns="metric", values="value").sort_index()
+            for _, run in part.groupby("seed", sort=False, dropna=False)
+        ]
+        per_run = pd.DataFrame([_run_summary(run) for run in runs])
+        lines.append({"setting": setting, "n_seeds": len(runs), **per_run.mean(numeric_only=True).to_dict()})
+    return pd.DataFrame(lines)
+
+
+def success_first_last(success: pd.Series | np.ndarray) -> tuple[float, float]:
+    """Mean success over the first and over the last 20% of a run's steps (at least one step each)."""
+    values = np.asarray(success, dtype=float)
+    k = max(1, len(values) // 5)
+    return float(np.nanmean(values[:k])), float(np.nanmean(values[-k:]))
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """``frame`` as a Markdown table, floats to 3 significant digits."""
+
+    def cell(value) -> str:
+        return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+    header = "| " + " | ".join(frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *body]) + "\n"
+
+
+def _run_summary(run: pd.DataFrame) -> dict[str, float]:
+    def column(metric: str) -> pd.Series:
+        return run[metric] if metric in run else pd.Series(np.nan, index=run.index)
+
+    out: dict[str, float] = {"steps": float(len(run))}
+    if SUCCESS in run:
+        out["success_first_20pct"], out["success_last_20pct"] = success_first_last(run[SUCCESS])
+    out["rows_per_rollout"] = float((column("training/n_sample") / column("training/n_rollouts")).mean())
+    out["rows_trained_per_step"] = float(column("training/n_sample_trained").mean())
+    out["dropped_same_reward"] = float(column("training/n_sample_dropped/same_reward").sum())
+    out["dropped_random"] = float(column("training/n_sample_dropped/random").sum())
+    out["updates_per_step"] = float(column("lab/ppo_updates").mean())
+    return out

@@ -1,0 +1,118 @@
+"""Sampling rollouts: the current policy plays the task's episodes, and each LLM call is recorded as tokens.
+
+One step samples ``data.train_batch_size`` dataset items and ``actor_rollout_ref.rollout.n`` episodes of
+each (one GRPO group per item). Episodes run side by side: every turn, the prompts of all unfinished
+episodes go to the policy as one batch, with verl's rollout settings (``temperature``, ``top_k``, ``top_p``,
+``response_length`` new tokens per call). What comes out is what Agent Lightning's store holds for each
+rollout, the sequence of ``(prompt ids, response ids)`` calls and one final reward, ready for
+:func:`agl_lab.core.aggregation.aggregate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from agl_lab.config.compose import ConfigError
+from agl_lab.core.aggregation import LLMCall, Rollout
+from agl_lab.training.policy import Policy, generate
+from agl_lab.training.tasks import LockTask
+
+__all__ = ["SamplingParams", "collect_rollouts", "sampling_params"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """verl's ``actor_rollout_ref.rollout`` settings that a short run's sampler uses."""
+
+    n: int
+    max_new_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+
+
+def sampling_params(cfg: DictConfig) -> SamplingParams:
+    rollout = cfg.actor_rollout_ref.rollout
+    params = SamplingParams(
+        n=int(rollout.n),
+        max_new_tokens=int(rollout.response_length),
+        temperature=float(rollout.temperature),
+        top_k=int(rollout.top_k),
+        top_p=float(rollout.top_p),
+    )
+    if params.n < 1 or params.max_new_tokens < 1:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.n ({params.n}) and rollout.response_length ({params.max_new_tokens}, "
+            "from data.max_response_length) must be >= 1"
+        )
+    if params.temperature <= 0:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.temperature={params.temperature}: training samples with a temperature > 0 "
+            "(log-probs are taken at that temperature; 0 would be greedy decoding), e.g. 1.0"
+        )
+    return params
+
+
+def collect_rollouts(
+    policy: Policy,
+    task: LockTask,
+    *,
+    step: int,
+    items: list[int],
+    sampling: SamplingParams,
+    generator: torch.Generator,
+) -> tuple[list[Rollout], dict[str, Any]]:
+    """Play ``sampling.n`` episodes of every item; return the rollouts and the task's ``lab/*`` metrics.
+
+    Rollout ``k`` of item ``i`` gets ``data_id = "s<step>/p<i>"`` and ``rollout_id = "s<step>/p<i>/r<k>"``:
+    the data id is the GRPO group, as Agent Lightning's trainer sets ``uid = data_id_list``.
+    """
+    # episode j plays item j // n: the n rollouts of an item sit next to each other, as verl repeats prompts
+    episodes = [task.start(item, step=step, index=j) for j, item in enumerate(np.repeat(items, sampling.n))]
+    contexts = [policy.encode(episode.prompt) for episode in episodes]
+    calls: list[list[LLMCall]] = [[] for _ in episodes]
+    generated = 0
+    while active := [j for j, episode in enumerate(episodes) if not episode.done]:
+        responses = generate(
+            policy,
+            [contexts[j] for j in active],
+            max_new_tokens=sampling.max_new_tokens,
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            generator=generator,
+        )
+        for j, response in zip(active, responses, strict=True):
+            calls[j].append(LLMCall(prompt_ids=tuple(contexts[j]), response_ids=tuple(response)))
+            generated += len(response)
+            turn = episodes[j].respond(policy.decode(response))
+            if turn.rewrite is not None:
+                contexts[j] = policy.encode(turn.rewrite)
+            elif not turn.done:
+                contexts[j] = contexts[j] + response + policy.encode(turn.observation)
+
+    rollouts = []
+    for j, episode in enumerate(episodes):
+        data_id = f"s{step}/p{j // sampling.n}"
+        rollouts.append(
+            Rollout(
+                rollout_id=f"{data_id}/r{j % sampling.n}",
+                data_id=data_id,
+                calls=tuple(calls[j]),
+                reward=1.0 if episode.success else 0.0,
+            )
+        )
+    turns = np.array([episode.turns for episode in episodes])
+    metrics = {
+        "lab/success_rate": float(np.mean([episode.success for episode in episodes])),
+        "lab/mean_turns": float(turns.mean()),
+        "lab/no_guess_rate": sum(e.guesses.count("none") for e in episodes) / int(turns.sum()),
+        "lab/context_rewrites": sum(episode.rewrites for episode in episodes),
+        "lab/generated_tokens": generated,
+    }
+    return rollouts, metrics

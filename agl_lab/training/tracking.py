@@ -1,0 +1,195 @@
+"""Experiment tracking for short runs through verl's ``Tracking`` (backends from ``trainer.logger``).
+
+Each backend (``console``, ``wandb``, ``file``, ``tensorboard``, …) gets its own verl ``Tracking``, so one that
+fails to start or to log is warned about once and dropped while the run and the other backends go on: a
+tracker must never cost a researcher a finished run. Everything a backend writes lands in the run directory:
+
+* W&B: the run sits at ``<run_dir>/wandb/offline-run-*/`` (or ``run-*`` online). Offline by default: with
+  ``WANDB_MODE`` unset and no key configured (``WANDB_API_KEY`` or a ``wandb login`` entry in ``~/.netrc``) the
+  run is logged offline; ``wandb sync`` uploads it later. W&B reads ``WANDB_*`` variables once per process, so
+  the directory and mode go through ``wandb.setup`` for each run instead (and are restored after it starts).
+* ``file``: ``<run_dir>/tracking.jsonl`` (verl's ``{"step": N, "data": {...}}`` lines); ``tensorboard``:
+  ``<run_dir>/tensorboard/``. Paths you set yourself (``VERL_FILE_LOGGER_PATH``, ``TENSORBOARD_DIR``) win.
+
+The config handed to the backends is the resolved config with every secret (``agentlightning.agl_key``,
+API keys, tokens) replaced by ``***`` (:func:`agl_lab.config.secrets.redact`), and logged values are plain Python
+numbers (verl's metric helpers return numpy scalars, which JSON writers refuse).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import netrc
+import os
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+from verl.utils.tracking import Tracking
+
+from agl_lab.config.secrets import redact, redact_argv
+from agl_lab.curves.wandb_offline import wait_for_exit
+
+__all__ = ["Tracker", "TrackerWarning", "open_tracker", "plain_metrics", "wandb_key_configured"]
+
+
+EXIT_RECORD_TIMEOUT_S = 10.0  # how long finish() waits for an offline W&B run's exit record
+
+
+class TrackerWarning(UserWarning):
+    """A tracking backend failed; the run goes on without it."""
+
+
+class Tracker:
+    """Logs to every backend that started; a backend that fails is warned about once and dropped."""
+
+    def __init__(self, backends: dict[str, Any], *, wandb_run: str | None = None) -> None:
+        self.backends = backends
+        self.wandb_run = wandb_run  # the run's URL when online, its offline-run folder when offline
+
+    def log(self, data: Mapping[str, Any], step: int) -> None:
+        data = plain_metrics(data)
+        for name, backend in list(self.backends.items()):
+            try:
+                backend.log(data=data, step=step)
+            except Exception as exc:  # noqa: BLE001 — any backend error: drop the backend, keep the run
+                self.backends.pop(name)
+                _warn(
+                    f"tracker backend {name!r} failed to log step {step} ({type(exc).__name__}: {exc}); "
+                    "it is dropped and the run goes on without it"
+                )
+
+    def finish(self, *, exit_code: int = 0) -> None:
+        """Finish every backend; an offline W&B run is complete on disk (its exit record written) on return."""
+        for name, backend in list(self.backends.items()):
+            try:
+                backend.finish(exit_code=exit_code)
+            except Exception as exc:  # noqa: BLE001
+                _warn(f"tracker backend {name!r} failed to finish ({type(exc).__name__}: {exc})")
+                continue
+            if name == "wandb" and self.wandb_run and Path(self.wandb_run).is_dir():
+                _await_exit_record(Path(self.wandb_run))
+        self.backends.clear()
+
+
+def open_tracker(cfg: DictConfig, *, run_dir: Path, tracking_cls: Callable[..., Any] = Tracking) -> Tracker:
+    """Start one verl ``Tracking`` per backend in ``trainer.logger``, writing under ``run_dir``."""
+    names = cfg.trainer.logger
+    names = [names] if isinstance(names, str) else list(names or [])
+    config = redact(OmegaConf.to_container(cfg, resolve=True))
+    backends: dict[str, Any] = {}
+    wandb_run = None
+    with _backend_env(run_dir, wandb_backend="wandb" in names):
+        for name in dict.fromkeys(names):
+            try:
+                backends[name] = tracking_cls(
+                    project_name=cfg.trainer.project_name,
+                    experiment_name=cfg.trainer.experiment_name,
+                    default_backend=[name],
+                    config=config,
+                )
+            except Exception as exc:  # noqa: BLE001 — an unknown backend (verl asserts), no network, missing package
+                _warn(
+                    f"tracker backend {name!r} failed to start ({type(exc).__name__}: {exc}); "
+                    "the run goes on without it"
+                )
+                continue
+            if name == "wandb":
+                wandb_run = _wandb_location(run_dir)
+    return Tracker(backends, wandb_run=wandb_run)
+
+
+def plain_metrics(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Numpy and torch scalars as Python numbers; other values as they are."""
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, np.generic):
+            value = value.item()
+        elif hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+            value = value.item()
+        out[key] = value
+    return out
+
+
+def wandb_key_configured() -> bool:
+    """Whether W&B could log online: ``WANDB_API_KEY`` is set or ``wandb login`` left a key in ``~/.netrc``."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return False
+
+
+@contextlib.contextmanager
+def _backend_env(run_dir: Path, *, wandb_backend: bool) -> Iterator[None]:
+    """Point every backend at ``run_dir`` while they start (they read these settings only then); hide secrets."""
+    paths = {"VERL_FILE_LOGGER_PATH": str(run_dir / "tracking.jsonl"), "TENSORBOARD_DIR": str(run_dir / "tensorboard")}
+    chosen = {k: v for k, v in paths.items() if k not in os.environ}  # paths the user set stay theirs
+    os.environ.update(chosen)
+    argv = sys.argv
+    sys.argv = redact_argv(argv)  # W&B records the command line, which may hold agentlightning.agl_key=...
+    restore_wandb = None
+    if wandb_backend:
+        try:
+            restore_wandb = _point_wandb_at(run_dir)
+        except Exception as exc:  # noqa: BLE001 — the wandb backend will then fail to start, with its own warning
+            _warn(f"could not point W&B at the run directory ({type(exc).__name__}: {exc})")
+    try:
+        yield
+    finally:
+        sys.argv = argv
+        for key in chosen:
+            os.environ.pop(key, None)
+        if restore_wandb is not None:
+            restore_wandb()
+
+
+def _point_wandb_at(run_dir: Path) -> Callable[[], None]:
+    """Set W&B's process-wide directory and mode for the next ``wandb.init``; return what puts them back."""
+    import wandb
+
+    settings = wandb.setup().settings
+    previous = {name: getattr(settings, name) for name in ("root_dir", "mode", "silent")}
+    mode = os.environ.get("WANDB_MODE") or ("online" if wandb_key_configured() else "offline")
+    # silent: the trainer reports where the W&B run is; wandb's banner would bury the CLI's last line
+    wandb.setup(settings=wandb.Settings(root_dir=str(run_dir), mode=mode, silent=True))
+    return lambda: wandb.setup(settings=wandb.Settings(**{k: v for k, v in previous.items() if v is not None}))
+
+
+def _wandb_location(run_dir: Path) -> str | None:
+    """This run's W&B URL or offline folder; None when W&B is disabled (``wandb.run`` may then be an older run)."""
+    import wandb
+
+    run = wandb.run
+    if run is None or getattr(run, "disabled", False) or not Path(run.dir).resolve().is_relative_to(run_dir.resolve()):
+        return None
+    if run.offline:  # asking an offline run for its URL makes wandb print a warning
+        return str(Path(run.dir).parent)
+    return run.url or str(Path(run.dir).parent)
+
+
+def _await_exit_record(folder: Path) -> None:
+    """Wait until an offline W&B run's exit record is on disk; warn if it does not come.
+
+    ``wandb.finish()`` can return before its service writes the record, and readers skip a run without one: a
+    sweep read right after its last cell finished would miss that cell's run.
+    """
+    try:
+        complete = wait_for_exit(folder, timeout_s=EXIT_RECORD_TIMEOUT_S).complete
+    except (OSError, ValueError) as exc:  # no run file, or one the reader refuses
+        _warn(f"could not read the offline W&B run {folder} back ({exc})")
+        return
+    if not complete:
+        _warn(
+            f"the offline W&B run {folder} has no exit record {EXIT_RECORD_TIMEOUT_S:g} s after finishing; readers "
+            "skip it until it has one (read_wandb_offline(..., include_incomplete=True) reads it as it is)"
+        )
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, TrackerWarning, stacklevel=3)

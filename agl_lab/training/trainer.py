@@ -1,0 +1,274 @@
+"""The lab trainer: short single-process training runs in Agent Lightning's step order, on verl's parts.
+
+Each step (AGL_FACTS.md §Trainer step order):
+
+1. sample ``data.train_batch_size`` task items × ``rollout.n`` rollouts with the current policy
+   (:mod:`agl_lab.training.rollout`), then trace aggregation into rows (:func:`agl_lab.core.aggregation.aggregate`,
+   ``agentlightning.trace_aggregator.*``) — Agent Lightning's adapter metrics;
+2. :func:`agl_lab.select_rows`: marked rows out, mini-batch alignment, ``max_ppo_update_times`` — the drop
+   counters; a step with nothing left is skipped with a warning;
+3. old log-probs (``actor/entropy``) and, for a KL term, reference log-probs of the initial policy;
+4. :func:`agl_lab.compute_advantages`: rewards, rollout-level or verl advantage, ``per_rollout_mean``
+   normalization — verl's data metrics and ``training/rollout_level_advantage/*``;
+5. the PPO update (:mod:`agl_lab.training.actor`) with the policy loss from verl's registry — ``actor/*``.
+
+It reads the keys the real trainer reads (``data.*``, ``actor_rollout_ref.*``, ``algorithm.*``,
+``agentlightning.*``, ``trainer.total_training_steps``/``logger``/``project_name``/``experiment_name``) plus
+``lab:``. :func:`agl_lab.short_run_config` composes a config sized for a laptop (``conf/short_run.yaml``).
+Notebook: ``notebooks/03_short_training_runs.ipynb``.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+import torch
+from hydra.errors import InstantiationException
+from omegaconf import DictConfig
+from tqdm.auto import tqdm
+from verl.trainer.ppo.core_algos import agg_loss, get_kl_controller
+from verl.utils.config import omega_conf_to_dataclass
+
+from agl_lab.config.compose import ConfigError
+from agl_lab.config.doctor import diagnose, raise_for_errors
+from agl_lab.core.aggregation import aggregate, aggregation_limits
+from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, select_rows
+from agl_lab.lab.loss_scale import loss_scale
+from agl_lab.training.actor import build_optimizer_and_scheduler, compute_log_probs, update_actor
+from agl_lab.training.policy import build_policy
+from agl_lab.training.rollout import collect_rollouts, sampling_params
+from agl_lab.training.runs import RunFiles, create_run_dir
+from agl_lab.training.tasks import make_task
+from agl_lab.training.tracking import open_tracker, plain_metrics
+
+__all__ = ["TrainResult", "train"]
+
+
+class StopEvent(Protocol):
+    def is_set(self) -> bool: ...
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    history: pd.DataFrame  # one row per finished step: `step` + every metric (= metrics.jsonl)
+    timings: pd.DataFrame  # one row per finished step: `step` + timing_s/* and perf/* (= timings.jsonl)
+    stopped: bool  # True when the Stop event or Ctrl-C ended the run before trainer.total_training_steps
+    wandb_run: str | None  # the W&B run's URL (online) or offline-run folder; None without the wandb backend
+    config: DictConfig  # the config the run trained with (config.yaml holds it with secrets as ***)
+
+
+def train(
+    cfg: DictConfig,
+    *,
+    stop_event: StopEvent | None = None,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Run ``trainer.total_training_steps`` steps; return the history. Files go to the run directory as it runs.
+
+    ``stop_event`` (e.g. a ``threading.Event``) is checked before every step; setting it, or Ctrl-C, ends the run
+    cleanly: finished steps are kept, the policy saved, the trackers closed, ``stopped=True``. ``on_step`` gets
+    each step's metrics.jsonl record (``step`` + metrics) once the step is written. ``progress``: a tqdm bar.
+    """
+    steps, actor = _check(cfg)
+    with _torch_threads(int(cfg.lab.cpu_threads)):
+        return _train(cfg, steps=steps, actor=actor, stop_event=stop_event, on_step=on_step, progress=progress)
+
+
+def _train(
+    cfg: DictConfig,
+    *,
+    steps: int,
+    actor: Any,
+    stop_event: StopEvent | None,
+    on_step: Callable[[dict[str, Any]], None] | None,
+    progress: bool,
+) -> TrainResult:
+    run = _Run(cfg, actor=actor, total_steps=steps)  # builds the policy: a bad model path fails before any file
+    run_dir = create_run_dir(cfg)
+    files = RunFiles(run_dir, cfg)
+    tracker = open_tracker(cfg, run_dir=run_dir)
+    history: list[dict[str, Any]] = []
+    timings: list[dict[str, Any]] = []
+    stopped = finished = False
+    bar = tqdm(total=steps, desc=f"{cfg.trainer.experiment_name} s{cfg.lab.seed}", disable=not progress)
+    try:
+        for step in range(1, steps + 1):
+            if stop_event is not None and stop_event.is_set():
+                stopped = True
+                break
+            metrics, timing = run.step(step)
+            files.write(step, metrics, timing)
+            tracker.log({**metrics, **timing}, step=step)
+            history.append({"step": step, **metrics})
+            timings.append({"step": step, **timing})
+            bar.update()
+            bar.set_postfix(success=metrics["lab/success_rate"], rows=metrics["training/n_sample"], refresh=False)
+            if on_step is not None:
+                on_step(history[-1])
+        finished = not stopped
+    except KeyboardInterrupt:
+        stopped = True
+    finally:  # also on an error: what finished stays on disk and the trackers are closed
+        bar.close()
+        files.close()
+        run.policy.save(run_dir / "policy")
+        tracker.finish(exit_code=0 if finished else 1)
+    return TrainResult(
+        run_dir=run_dir,
+        history=pd.DataFrame(history),
+        timings=pd.DataFrame(timings),
+        stopped=stopped,
+        wandb_run=tracker.wandb_run,
+        config=cfg,
+    )
+
+
+class _Run:
+    """The state of one run (policy, optimizer, task, settings) and its training step."""
+
+    def __init__(self, cfg: DictConfig, *, actor: Any, total_steps: int) -> None:
+        lab = cfg.lab
+        self.cfg, self.actor, self.seed = cfg, actor, int(lab.seed)
+        self.task = make_task(
+            lab.task, size=lab.task_size, max_turns=lab.max_turns, rewrite_prob=lab.rewrite_prob, seed=self.seed
+        )
+        self.policy = build_policy(cfg, words=self.task.words())
+        needs_ref = actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
+        self.ref_policy = _frozen_copy(self.policy) if needs_ref else None
+        self.kl_ctrl = get_kl_controller(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
+        self.optimizer, self.scheduler = build_optimizer_and_scheduler(self.policy, actor, total_steps=total_steps)
+        self.sampling = sampling_params(cfg)
+        self.limits = aggregation_limits(cfg)
+        self.mini_batch_rows = mini_batch_rows(cfg)
+        self.log_prob_micro = int(
+            cfg.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu or actor.ppo_micro_batch_size_per_gpu
+        )
+
+    def step(self, step: int) -> tuple[dict[str, Any], dict[str, float]]:
+        """One training step; returns its metrics (deterministic) and its timings (wall clock)."""
+        timing: dict[str, float] = {}
+        with _timed(timing, "step"):
+            metrics, tokens = self._step(step, timing)
+        return plain_metrics(metrics), _timing_metrics(timing, tokens=tokens)
+
+    def _step(self, step: int, timing: dict[str, float]) -> tuple[dict[str, Any], int]:
+        cfg, temperature = self.cfg, self.sampling.temperature
+        with _timed(timing, "gen"):
+            generator = torch.Generator(device=self.policy.device).manual_seed(self._seed(3, step))
+            items = self.task.sample_items(step=step, batch_size=int(cfg.data.train_batch_size))
+            rollouts, task_metrics = collect_rollouts(
+                self.policy, self.task, step=step, items=items, sampling=self.sampling, generator=generator
+            )
+        with _timed(timing, "aggregate"):
+            rows, adapter_metrics = aggregate(rollouts, **self.limits, pad_token_id=self.policy.pad_token_id)
+        with _timed(timing, "drop"):
+            batch, drop_metrics = select_rows(rows, cfg, seed=self._seed(4, step))
+        metrics = {**task_metrics, **adapter_metrics, **drop_metrics}
+        if len(batch) == 0:  # select_rows warned (EmptyBatchWarning): Agent Lightning skips the step
+            return metrics, 0
+
+        with _timed(timing, "old_log_prob"):
+            old_log_probs, entropy = compute_log_probs(
+                self.policy, batch, micro_batch_size=self.log_prob_micro, temperature=temperature, with_entropy=True
+            )
+            batch.batch["old_log_probs"] = old_log_probs  # (rows, R)
+            entropy_agg = agg_loss(entropy, batch.batch["response_mask"].bool(), self.actor.loss_agg_mode)
+            metrics["actor/entropy"] = entropy_agg.item()
+        if self.ref_policy is not None:
+            with _timed(timing, "ref"):
+                batch.batch["ref_log_prob"], _ = compute_log_probs(
+                    self.ref_policy,
+                    batch,
+                    micro_batch_size=self.log_prob_micro,
+                    temperature=temperature,
+                    with_entropy=False,
+                )
+        with _timed(timing, "adv"):
+            batch, adv_metrics = compute_advantages(batch, cfg, kl_ctrl=self.kl_ctrl)
+            adv_metrics["lab/loss_scale"] = loss_scale(batch, cfg)
+        with _timed(timing, "update_actor"):
+            actor_metrics = update_actor(
+                self.policy,
+                self.optimizer,
+                batch,
+                actor=self.actor,
+                mini_batch_rows=self.mini_batch_rows,
+                temperature=temperature,
+                step=step,
+            )
+        actor_metrics["actor/lr"] = self.scheduler.get_last_lr()[0]  # the LR this step trained with
+        actor_metrics["lab/ppo_updates"] = len(batch) // self.mini_batch_rows * int(self.actor.ppo_epochs)
+        self.scheduler.step()
+        return {**metrics, **adv_metrics, **actor_metrics}, int(batch.batch["attention_mask"].sum())
+
+    def _seed(self, stream: int, step: int) -> int:
+        """A seed per (stream, step): each step's randomness is fixed by lab.seed alone, whatever came before."""
+        return int(np.random.SeedSequence([self.seed, stream, step]).generate_state(1)[0])
+
+
+def _check(cfg: DictConfig) -> tuple[int, Any]:
+    """The doctor's errors, the step count and verl's own ActorConfig checks, before anything is written."""
+    raise_for_errors(diagnose(cfg))
+    steps = cfg.trainer.total_training_steps
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigError(
+            f"trainer.total_training_steps must be a positive integer for a short run, got {steps!r}: "
+            "set it, e.g. trainer.total_training_steps=40 (agl_lab.short_run_config sets it)"
+        )
+    try:
+        actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+        actor.validate(n_gpus=1, train_batch_size=int(cfg.data.train_batch_size))
+    except (InstantiationException, ValueError, AssertionError) as exc:
+        cause = exc.__cause__ or exc
+        raise ConfigError(
+            f"verl refuses actor_rollout_ref.actor: {cause} (agl_lab.short_run_config sizes the batch for a short run)"
+        ) from exc
+    return steps, actor
+
+
+def _frozen_copy(policy):
+    ref = copy.copy(policy)
+    ref.model = copy.deepcopy(policy.model).eval().requires_grad_(False)
+    return ref
+
+
+@contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    """``torch.set_num_threads(n)`` for the run (``n`` = 0: unchanged), restored afterwards."""
+    before = torch.get_num_threads()
+    if n > 0:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextmanager
+def _timed(timing: dict[str, float], name: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timing[name] = time.perf_counter() - start
+
+
+def _timing_metrics(timing: dict[str, float], *, tokens: int) -> dict[str, float]:
+    """verl's ``timing_s/*`` and ``perf/*`` names; ``perf/throughput`` = tokens (prompt + response) per second."""
+    step_time = timing.get("step", 0.0)
+    return {
+        **{f"timing_s/{name}": seconds for name, seconds in timing.items()},
+        "perf/total_num_tokens": tokens,
+        "perf/time_per_step": step_time,
+        "perf/throughput": tokens / step_time if step_time > 0 else 0.0,
+    }

@@ -1,0 +1,217 @@
+"""Short training runs from a notebook (notebook 03): settings, task knobs, Run and Stop, live figures.
+
+Training runs in a background thread, because a cell that blocks cannot receive a Stop click; the figures are
+redrawn from the history as steps finish. Notebook: ``notebooks/03_short_training_runs.ipynb``.
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import threading
+import time
+import warnings
+from typing import Any
+
+import ipywidgets as w
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from agl_lab.config.dotlist import format_dotlist
+from agl_lab.config.modes import trainable_modes
+from agl_lab.curves.figures import draw_panel
+from agl_lab.curves.history import long_form
+from agl_lab.ui.controls import WIDE, LiveFigure, control_overrides, settings_controls
+
+__all__ = ["TrainingPanel"]
+
+
+class TrainingPanel:
+    """Short training runs from a notebook: the settings, task knobs, steps and seed; Run and Stop; live figures.
+
+    Training runs in a background thread (a cell that blocks cannot receive a Stop click), calling
+    :func:`agl_lab.train` with a ``threading.Event`` that Stop sets; figures are redrawn from the history at most
+    every ``redraw_s`` seconds and once at the end. ``cfg``: the config to start from (default
+    ``agl_lab.short_run_config()``); the panel edits its own copy. In code: ``start()``, ``stop()``, ``wait()``
+    (join the run: for headless notebooks, so no thread outlives the kernel), ``result`` (the last
+    :class:`agl_lab.training.trainer.TrainResult`), ``error`` (the last run's error text, or None).
+    """
+
+    def __init__(self, cfg: DictConfig | None = None, *, dpi: int = 80, redraw_s: float = 1.0) -> None:
+        from agl_lab.config.compose import short_run_config
+
+        self.cfg = copy.deepcopy(cfg) if cfg is not None else short_run_config()
+        if not isinstance(self.cfg.trainer.total_training_steps, int):
+            raise ValueError(
+                "TrainingPanel needs trainer.total_training_steps (a number of steps): start from "
+                "agl_lab.short_run_config(), which sets it"
+            )
+        self.redraw_s = redraw_s
+        self.result = None
+        self.error: str | None = None
+        self.history = pd.DataFrame()
+        self._stop_event = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_draw = 0.0
+        self.controls = self._controls(self.cfg)
+        self.run_button = w.Button(description="Run", button_style="success", icon="play")
+        self.stop_button = w.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
+        self.run_button.on_click(lambda _: self.start())
+        self.stop_button.on_click(lambda _: self.stop())
+        self.status = w.HTML("Set the settings and press <b>Run</b>.")
+        self.links = w.HTML()
+        self.figures = {  # keys: agl_lab.curves.figures.PANELS
+            "success": LiveFigure((5.4, 3.8), dpi=dpi, width="33%"),
+            "rows_vs_rollouts": LiveFigure((5.4, 3.8), dpi=dpi, width="33%"),
+            "drops": LiveFigure((5.4, 3.8), dpi=dpi, width="33%"),
+        }
+        self.widget = self._layout()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def settings(self) -> dict[str, Any]:
+        """The config keys the widgets set, with typed values (``lab.run_dir`` is chosen per run)."""
+        c = self.controls
+        return {
+            **control_overrides(c),
+            "agentlightning.trace_aggregator.level": c["level"].value,
+            "lab.task_size": int(c["task_size"].value),
+            "lab.max_turns": int(c["max_turns"].value),
+            "lab.rewrite_prob": float(c["rewrite_prob"].value),
+            "trainer.total_training_steps": int(c["steps"].value),
+            "lab.seed": int(c["seed"].value),
+        }
+
+    def config(self) -> DictConfig:
+        """The panel's config with the widgets' values applied."""
+        cfg = copy.deepcopy(self.cfg)
+        for key, value in self.settings().items():
+            OmegaConf.update(cfg, key, value, merge=False)
+        return cfg
+
+    def start(self) -> None:
+        """Start a run with the shown settings in a background thread (what Run does); ignored while one runs."""
+        if self.running:
+            return
+        from agl_lab.training.runs import create_run_dir
+
+        cfg = self.config()
+        cfg.lab.run_dir = None
+        cfg.lab.run_dir = str(create_run_dir(cfg))  # chosen now, so the panel can show it from the first step
+        self.result, self.error, self.history = None, None, pd.DataFrame()
+        self._stop_event.clear()
+        self.run_button.disabled, self.stop_button.disabled = True, False
+        self.links.value = f"Run directory: <code>{html.escape(cfg.lab.run_dir)}</code>"
+        self.status.value = f"Starting ({html.escape(' '.join(format_dotlist(self.settings())))}) …"
+        self._thread = threading.Thread(target=self._train, args=(cfg,), name="agl-lab-training", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the run to stop after its current step (what Stop does)."""
+        self._stop_event.set()
+        self.status.value += " — stopping after this step …"
+
+    def wait(self, timeout: float | None = None):
+        """Block until the run ends (or ``timeout`` seconds pass); return its result (None if it failed)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.result
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def _train(self, cfg: DictConfig) -> None:
+        from agl_lab.training.trainer import train
+
+        steps = int(cfg.trainer.total_training_steps)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a skipped step or a failed tracker shows in the status instead
+                self.result = train(cfg, stop_event=self._stop_event, on_step=self._on_step, progress=False)
+        except Exception as exc:  # noqa: BLE001 — shown in the panel; the notebook stays usable
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.status.value = f"<b style='color:#b00020'>Run failed:</b> {html.escape(self.error)}"
+        else:
+            self.history = self.result.history
+            if len(self.history):  # a run stopped before its first step has nothing to draw
+                self._redraw()
+            state = "stopped" if self.result.stopped else "finished"
+            self.status.value = f"<b>Run {state}</b> after {len(self.history)} of {steps} steps. " + _last_step(
+                self.history
+            )
+            self.links.value = _links_html(self.result)
+        finally:
+            self.run_button.disabled, self.stop_button.disabled = False, True
+
+    def _on_step(self, record: dict[str, Any]) -> None:
+        self.history = pd.concat([self.history, pd.DataFrame([record])], ignore_index=True)
+        steps = int(self.controls["steps"].value)
+        self.status.value = f"Step {record['step']} of {steps}. " + _last_step(self.history)
+        if time.monotonic() - self._last_draw >= self.redraw_s:
+            self._redraw()
+
+    def _redraw(self) -> None:
+        step = int(self.history["step"].iloc[-1])
+        table = long_form(self.history, setting="this run", seed=int(self.controls["seed"].value))
+        for name, figure in self.figures.items():
+            figure.render((step,), lambda ax, panel=name: draw_panel(table, panel, ax=ax))
+        self._last_draw = time.monotonic()
+
+    def _controls(self, cfg: DictConfig) -> dict[str, w.ValueWidget]:
+        controls = settings_controls(cfg, modes=trainable_modes(), keep_own=True)
+        lab = cfg.lab
+        return {
+            **controls,
+            "level": w.ToggleButtons(
+                options=("trajectory", "transition"),
+                value=cfg.agentlightning.trace_aggregator.level,
+                style={"button_width": "90px"},
+            ),
+            "task_size": w.BoundedIntText(value=lab.task_size, min=2, max=64, description="locks", style=WIDE),
+            "max_turns": w.BoundedIntText(value=lab.max_turns, min=1, max=16, description="max turns", style=WIDE),
+            "rewrite_prob": w.FloatSlider(
+                value=lab.rewrite_prob,
+                min=0.0,
+                max=1.0,
+                step=0.05,
+                description="context rewrite prob",
+                continuous_update=False,
+                style=WIDE,
+            ),
+            "steps": w.BoundedIntText(
+                value=int(cfg.trainer.total_training_steps), min=1, max=100_000, description="steps", style=WIDE
+            ),
+        }
+
+    def _layout(self) -> w.Widget:
+        c = self.controls
+        settings = w.VBox(
+            [w.HTML("<b>Settings</b>"), c["rollout_level"], c["mode"], c["cap"], c["ppo_mini_batch_size"]]
+        )
+        task = w.VBox([w.HTML("<b>Task</b>"), c["level"], c["task_size"], c["max_turns"], c["rewrite_prob"]])
+        run = w.VBox([w.HTML("<b>Run</b>"), c["steps"], c["seed"], w.HBox([self.run_button, self.stop_button])])
+        figures = w.HBox([figure.image for figure in self.figures.values()])
+        return w.VBox([w.HBox([settings, task, run], layout=w.Layout(gap="24px")), self.status, self.links, figures])
+
+
+def _last_step(history: pd.DataFrame) -> str:
+    if not len(history):
+        return ""
+    last = history.iloc[-1]
+    return (
+        f"success {last['lab/success_rate']:.2f}, {int(last['training/n_sample'])} rows from "
+        f"{int(last['training/n_rollouts'])} rollouts, {int(last['training/n_sample_trained'])} trained"
+    )
+
+
+def _links_html(result) -> str:
+    """The run directory and where its W&B run is (a link when online, the folder and `wandb sync` when offline)."""
+    parts = [f"Run directory: <code>{html.escape(str(result.run_dir))}</code>"]
+    where = result.wandb_run
+    if where and where.startswith("http"):
+        parts.append(f'W&B run: <a href="{html.escape(where)}" target="_blank">{html.escape(where)}</a>')
+    elif where:
+        parts.append(f"W&B run (offline): <code>{html.escape(where)}</code> — upload with <code>wandb sync</code>")
+    return "<br>".join(parts)

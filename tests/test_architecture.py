@@ -1,0 +1,80 @@
+"""The architecture holds: subpackages by stage import only downward, the batch math imports no UI, tracking or
+cluster code, modules stay small, and the README's layout section lists exactly the modules there are."""
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "agl_lab"
+# Each subpackage may import from itself and those listed (the data flow, bottom up); the top level sees all.
+ALLOWED = {
+    "core": {"core"},
+    "config": {"core", "config"},
+    "lab": {"core", "config", "lab"},
+    "curves": {"core", "config", "curves"},
+    "training": {"core", "config", "lab", "curves", "training"},
+    "ui": {"core", "config", "lab", "curves", "training", "ui"},
+}
+MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
+
+
+def imported_subpackages(path: Path) -> set[str]:
+    """The agl_lab subpackages a module imports (at any depth of the file, lazy imports included)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "agl_lab" and len(parts) > 1 and parts[1] in ALLOWED:
+                found.add(parts[1])
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if p.parent != PACKAGE], ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_subpackages_import_only_downward(path):
+    stage = path.relative_to(PACKAGE).parts[0]
+    assert imported_subpackages(path) <= ALLOWED[stage], (
+        f"{stage} must not import {imported_subpackages(path) - ALLOWED[stage]}"
+    )
+
+
+def test_the_batch_math_pulls_in_no_ui_tracking_or_cluster_code():
+    # verl itself imports ray (its DataProto does): compare with what verl's parts alone bring in
+    probe = """
+import sys
+import verl, verl.trainer.ppo.core_algos, verl.trainer.ppo.ray_trainer, verl.trainer.ppo.metric_utils
+import verl.utils.torch_functional
+before = set(sys.modules)
+import agl_lab.core.advantage, agl_lab.core.aggregation, agl_lab.core.groups, agl_lab.core.loss
+import agl_lab.core.pipeline, agl_lab.core.rows, agl_lab.core.update_cap, agl_lab.core.weights
+new = set(sys.modules) - before
+heavy = sorted(m for m in new if m.split(".")[0] in {"matplotlib", "ipywidgets", "wandb", "ray", "plotly", "IPython"})
+upper = sorted(m for m in new if m.split(".")[:2] in (["agl_lab", s] for s in ("lab", "training", "curves", "ui")))
+print(heavy, upper)
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[] []"
+
+
+def test_no_module_is_over_300_lines():
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in MODULES}
+    assert {path: n for path, n in sizes.items() if n > 300} == {}
+
+
+def test_the_readmes_layout_section_lists_every_module_and_nothing_else():
+    # every module but the packages' __init__.py, each as `agl_lab/<path>.py`
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`(agl_lab/[\w/]+\.py)`", section))
+    present = {str(p.relative_to(ROOT)) for p in MODULES if p.name != "__init__.py"}
+    assert listed == present, (sorted(present - listed), sorted(listed - present))

@@ -1,0 +1,52 @@
+"""One line per setting from a long-form table: success early and late, rows, drops, updates, over seeds."""
+
+import pandas as pd
+import pytest
+
+from agl_lab.curves.history import long_form
+from agl_lab.curves.summary import markdown_table, success_first_last, summarize
+
+
+def history(success, *, trained=64):
+    n = len(success)
+    return pd.DataFrame(
+        {
+            "step": range(1, n + 1),
+            "lab/success_rate": success,
+            "training/n_sample": [96] * n,
+            "training/n_rollouts": [64] * n,
+            "training/n_sample_trained": [trained] * n,
+            "training/n_sample_dropped/same_reward": [20] * n,
+            "training/n_sample_dropped/random": [12] * n,
+            "lab/ppo_updates": [trained // 32] * n,
+        }
+    )
+
+
+def test_summary_has_one_line_per_setting_averaged_over_seeds():
+    table = pd.concat(
+        [
+            long_form(history([0.1, 0.2, 0.3, 0.4, 0.9]), setting="on", seed=0),
+            long_form(history([0.3, 0.2, 0.3, 0.4, 0.7]), setting="on", seed=1),
+            long_form(history([0.0] * 5, trained=32), setting="off", seed=0),
+        ]
+    )
+    summary = summarize(table).set_index("setting")
+    assert summary.index.tolist() == ["on", "off"]  # in the table's order
+    on = summary.loc["on"]
+    assert on["n_seeds"] == 2 and on["steps"] == 5
+    # 5 steps: 20% = 1 step at each end; seeds (0.1, 0.9) and (0.3, 0.7) → means 0.2 and 0.8
+    assert (on["success_first_20pct"], on["success_last_20pct"]) == pytest.approx((0.2, 0.8))
+    assert on["rows_per_rollout"] == pytest.approx(1.5)  # 96 rows / 64 rollouts
+    assert on["updates_per_step"] == pytest.approx(2.0)
+    assert (on["dropped_same_reward"], on["dropped_random"]) == (100, 60)  # summed over a run's steps
+    assert summary.loc["off", "updates_per_step"] == pytest.approx(1.0)
+
+
+def test_success_first_last_takes_at_least_one_step():
+    assert success_first_last([0.5, 1.0]) == (0.5, 1.0)
+
+
+def test_markdown_table_has_a_header_a_rule_and_one_line_per_row():
+    table = markdown_table(pd.DataFrame({"setting": ["a", "b"], "x": [0.123456, 2.0]}))
+    assert table.splitlines() == ["| setting | x |", "|---|---|", "| a | 0.123 |", "| b | 2 |"]
