@@ -61,7 +61,7 @@ class LabConfig:
     # (agl_lab.training.actor); "verl" = verl 0.9.1's own actor engine (ActorRolloutRefWorker, FSDP2, fp32) in this
     # process, its weights copied back into the policy after each update (agl_lab.training.verl_actor). Both take the
     # loss from verl's registry and agree to 1e-5 (shuffle off). "lab" is the default: faster at lab sizes (verl's
-    # fixed per-call costs made it ~2x slower at the default size; benchmarks/bench_actor.py), equal from ~hidden 256.
+    # fixed per-call costs: ~2.5x the time per step at the default size, 1.1x at hidden 256; benchmarks/bench_actor.py).
     actor: str = _field("lab", choices=ACTORS)
     # torch CPU threads while a run trains (restored after); 0 = leave torch's setting. 1 suits the tiny policy: its
     # ops are too small to split, and extra threads spin-wait when the cores are busy (measured on 2 shared cores:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import io
 import logging
 import shutil
@@ -86,7 +87,7 @@ class VerlActor:
             with worker_start(), _quiet(quiet):
                 self.worker = ActorRolloutRefWorker(self.config, role="actor")
                 self.worker.init_model()
-            self._stack.callback(setattr, self, "worker", None)  # frees the engine before the process group goes
+            self._stack.callback(self._release)  # the engine goes before the process group it runs on
             # torch warns once per process, at FSDP2's first forward, about its own is_fx_tracing: nothing to act on
             self._stack.enter_context(_without_log("torch.fx._symbolic_trace", "is_fx_tracing will return true"))
         except BaseException:
@@ -163,6 +164,12 @@ class VerlActor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _release(self) -> None:
+        self.worker = None
+        gc.collect()  # FSDP modules hold reference cycles: free their (GPU) memory now, not at some later collection
+        if self.policy.device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def _check_micro_batches(self) -> None:
         if self.config.actor.use_dynamic_bsz:

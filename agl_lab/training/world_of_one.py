@@ -61,7 +61,8 @@ def _verl_platform(device: torch.device) -> Iterator[None]:
             f"is {get_platform().device_name!r}: use lab.device=cpu or cuda (or lab.actor=lab)"
         )
     before = torch.cuda.current_device()
-    torch.cuda.set_device(device)  # verl's get_device_id() is torch.cuda.current_device()
+    # verl's get_device_id() is torch.cuda.current_device(); lab.device=cuda (or auto) names no index: the current one
+    torch.cuda.set_device(before if device.index is None else device.index)
     try:
         yield
     finally:
