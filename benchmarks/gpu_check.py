@@ -10,7 +10,8 @@ steps, W&B off, in a temporary run directory: ``lab.actor=lab`` (agl_lab's updat
 (verl 0.9.1's actor engine in this process: its own ``nvidia`` platform, a ``cpu:gloo,cuda:nccl`` group of one).
 Printed per backend: steps/s over the steps, trained tokens/s (prompt + response tokens of the trained rows per
 second of step time, verl's ``perf/throughput``), sampled tokens/s, the old log-prob and update times per step,
-peak GPU memory, and the success rate; then verl / lab ratios. Step 1 is left out of the rates (CUDA warm-up).
+peak GPU memory, and the success rate; then verl / lab ratios, and how closely the two runs agree (step 1's actor
+metrics; the steps with identical success rates). Step 1 is left out of the rates (CUDA warm-up).
 Without a GPU it exits 2 at once, saying so. ``key=value`` items go to both runs (e.g. ``lab.model_hidden=256``).
 """
 
@@ -46,7 +47,7 @@ def main() -> int:
 
     name = torch.cuda.get_device_name()
     print(f"{name}, torch {torch.__version__} (CUDA {torch.version.cuda}); {args.steps} steps per backend")
-    results = {}
+    results, histories = {}, {}
     for backend in BACKENDS:
         torch.cuda.reset_peak_memory_stats()
         with tempfile.TemporaryDirectory() as tmp:
@@ -56,11 +57,23 @@ def main() -> int:
             result = train(cfg, progress=False)
             wall = time.perf_counter() - start
         results[backend] = _rates(result, wall=wall, peak_gb=torch.cuda.max_memory_allocated() / 2**30)
+        histories[backend] = result.history
         _print(backend, results[backend])
     print("\nverl / lab:")
     for key in ("steps_per_s", "trained_tokens_per_s", "old_log_prob_ms", "update_ms"):
         print(f"  {key:<22} {results['verl'][key] / results['lab'][key]:6.2f}x")
+    _print_agreement(histories["lab"], histories["verl"])
     return 0
+
+
+def _print_agreement(lab, verl) -> None:
+    """Step 1 samples with equal weights, so its actor metrics should agree to float rounding (1e-5 on the CPU)."""
+    print("\nagreement (same seed; the runs drift apart once sampling amplifies rounding differences):")
+    for key in ("actor/entropy", "actor/pg_loss", "actor/grad_norm", "actor/ppo_kl"):
+        a, b = float(lab[key].iloc[0]), float(verl[key].iloc[0])
+        print(f"  step 1 {key:<18} lab {a:12.6g}   verl {b:12.6g}   |diff| {abs(a - b):.2e}")
+    differ = (lab["lab/success_rate"] != verl["lab/success_rate"]).to_numpy().nonzero()[0]
+    print(f"  success rate identical through step {differ[0] if len(differ) else len(lab)} of {len(lab)}")
 
 
 def _rates(result, *, wall: float, peak_gb: float) -> dict[str, float]:
