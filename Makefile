@@ -46,6 +46,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_core.py
 	$(BIN)/python benchmarks/bench_weighting.py
 	$(BIN)/python benchmarks/bench_trainer.py
+	$(BIN)/python benchmarks/bench_actor.py
 
 # JupyterLab on the repository, opened at notebooks/.
 lab: $(BIN)/.installed

@@ -62,6 +62,19 @@ def test_train_prints_the_run_directory_last_and_masks_secrets(tmp_path):
     assert "2 steps; success rate" in result.stdout
 
 
+def test_train_on_verls_own_actor_engine(tmp_path):
+    # the command, at TINY_RUN's sizes: agl-lab train lab.actor=verl trainer.total_training_steps=3
+    run_dir = tmp_path / "run"
+    sizes = [item for item in TINY_RUN if not item.startswith("trainer.total_training_steps=")]
+    result = run("train", *sizes, "lab.actor=verl", "trainer.total_training_steps=3", f"lab.run_dir={run_dir}")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == str(run_dir)
+    assert "3 steps; success rate" in result.stdout
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 3
+    assert "actor: verl" in (run_dir / "config.yaml").read_text()
+    assert "Traceback" not in result.stderr and "is_fx_tracing" not in result.stderr
+
+
 def test_demo_writes_figures_and_a_summary_table_and_prints_its_folder_last(tmp_path):
     out = tmp_path / "demo"
     result = run("demo", "--out", str(out), *TINY_RUN, entry=(sys.executable, "-m", "agl_lab"))

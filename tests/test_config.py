@@ -51,6 +51,7 @@ def test_defaults_are_verl_ppo_trainer_plus_agent_lightning():
         "model_hidden": 64,
         "device": "auto",
         "run_dir": None,
+        "actor": "lab",
         "cpu_threads": 1,
     }
     OmegaConf.to_container(cfg, resolve=True)  # resolvable

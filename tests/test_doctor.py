@@ -99,6 +99,7 @@ def test_both_off_is_plain_verl_and_fine():
             "unknown value 'trajectory-strict'",
         ),
         (["lab.per_rollout_divisor=tokens"], "lab.per_rollout_divisor", "use one of: rows, rollouts"),
+        (["lab.actor=verll"], "lab.actor", "unknown value 'verll' (did you mean 'verl'?)"),
     ],
 )
 def test_errors_name_the_key_and_the_fix(dotlist, key, text):
