@@ -185,6 +185,16 @@ def test_a_failing_start_leaves_nothing_behind(monkeypatch):
     assert process_state() == before
 
 
+def test_a_second_verl_actor_in_the_same_process_is_refused_clearly():
+    cfg = tiny_cfg()
+    policy, _ = policy_and_task(cfg)
+    with VerlActor(cfg, policy, total_steps=2):
+        with pytest.raises(ConfigError, match="another run on verl's actor engine is active in this process"):
+            VerlActor(cfg, policy, total_steps=2)
+    with VerlActor(cfg, policy, total_steps=2):  # the first one released its turn on close
+        pass
+
+
 def test_a_log_prob_micro_batch_verl_cannot_split_is_refused_before_the_run_starts(tmp_path):
     # the lab backend would score 4 rows as 3 + 1; verl's worker asserts whole micro-batches
     micro = "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"

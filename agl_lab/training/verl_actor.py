@@ -27,7 +27,8 @@ rounding in near-zero gradients, so differences grow slowly with steps (3.6e-6 a
 update computes the entropy only with ``entropy_coeff != 0`` (``actor/entropy`` comes from the old log-probs).
 
 Everything the worker changes in the process (environment, verl platform and registries, process group, CUDA device,
-CPU affinity) is restored by :meth:`VerlActor.close`. Not thread-safe: one ``VerlActor`` at a time per process.
+CPU affinity) is restored by :meth:`VerlActor.close`. One ``VerlActor`` at a time per process: a second, from another
+thread, is refused with a ConfigError that says so.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import io
 import logging
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,7 @@ _ROW_FIELDS = ("prompts", "responses", "input_ids", "attention_mask", "position_
 _LOSS_FIELDS = ("old_log_probs", "advantages")
 _OPTIONAL_LOSS_FIELDS = ("ref_log_prob", "rollout_is_weights")
 _FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+_ONE_AT_A_TIME = threading.Lock()
 
 
 class VerlActor:
@@ -75,6 +78,12 @@ class VerlActor:
 
         self.policy, self.mini_batch_rows = policy, mini_batch_rows(cfg)
         self._stack = contextlib.ExitStack()
+        if not _ONE_AT_A_TIME.acquire(blocking=False):  # verl's worker and process group are process-global
+            raise ConfigError(
+                "lab.actor=verl: another run on verl's actor engine is active in this process; wait for it to end, "
+                "or train side by side with lab.actor=lab (or in separate processes, e.g. a Ray sweep)"
+            )
+        self._stack.callback(_ONE_AT_A_TIME.release)
         try:
             folder = Path(tempfile.mkdtemp(prefix="agl_lab_verl_actor_"))
             self._stack.callback(shutil.rmtree, folder, ignore_errors=True)
