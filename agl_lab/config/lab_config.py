@@ -55,6 +55,9 @@ class LabConfig:
     # The run directory (config.yaml, metrics.jsonl, timings.jsonl, policy/, wandb/). null = a fresh
     # runs/<time>-<trainer.experiment_name>-s<seed> under the working directory.
     run_dir: str | None = None
+    # W&B's mode for a run's wandb backend: auto = $WANDB_MODE when set, else online when a key is configured, else
+    # offline. Set here (a sweep's wandb_mode sets it per cell), it applies to that run only, never the environment.
+    wandb_mode: str = _field("auto", choices=("auto", "online", "offline", "disabled"))
     # torch CPU threads while a run trains (restored after); 0 = leave torch's setting. 1 suits the tiny policy: its
     # ops are too small to split, and extra threads spin-wait when the cores are busy (measured on 2 shared cores:
     # a default run took 8 s with 1 thread, 100 s with 2).
