@@ -80,8 +80,7 @@ def test_a_curve_several_settings_share_is_drawn_once_in_grey_with_one_legend_en
         "both_off (n=1)",
         "both_on_cap2 (n=1)",
         "n_rows",
-        "n_rollouts",
-        "n_rollouts: same for every setting (n=1)",
+        "n_rollouts: same for every setting (n=1)",  # one entry: its grey line shows the style
     ]
     colours = {line.get_color() for line in ax.lines[:3]}
     assert colours == {"C0", "C1", "C2"}  # each setting its own colour (setting_colours)

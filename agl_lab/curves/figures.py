@@ -73,7 +73,7 @@ PANELS: dict[str, Panel] = {
     # Per mini-batch, so every loss mode is on one scale: token-mean's weights sum to 1 in each mini-batch, while
     # per_rollout_mean's batch total n_rollouts/n_rows (v1.0) is shared by all the step's mini-batches.
     "loss_scale": Panel(
-        "loss scale per PPO mini-batch (Σ token weights of one update; token-mean: 1)",
+        "loss scale per PPO mini-batch (token-mean: 1)",
         (("lab/loss_scale_per_mini_batch", "loss scale per mini-batch"),),
     ),
 }
@@ -142,10 +142,12 @@ def draw_panel(
     if not lines:
         raise ValueError(f"the table has none of the metrics of panel {panel!r}: {[m for m, _ in spec.lines]}")
     seeds: dict[str, int] = {}
+    styles = []  # (label, style) of the lines some setting draws in its own colour
     for (metric, label), style in zip(lines, _STYLES, strict=False):
-        seeds.update(_draw_metric(ax, table, metric, band=band, smooth=smooth, label=label, style=style))
+        own = _draw_metric(ax, table, metric, band=band, smooth=smooth, label=label, style=style)
+        seeds.update(own)
+        styles += [(label, style)] if own and len(lines) > 1 else []
     _draw_overlay(ax, overlay, [metric for metric, _ in lines])
-    styles = [(label, style) for (_, label), style in zip(lines, _STYLES, strict=False)] if len(lines) > 1 else []
     _finish(
         ax, spec.title, seeds, styles=styles, band_label=band_title(band, table) if band_label is None else band_label
     )
