@@ -33,7 +33,13 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
     sweep = commands.add_parser(
         "sweep",
         help="settings x seeds (key=a,b makes one setting per value); figures with bands and a summary table",
-        description=__doc__.split("\n\n")[1].replace("``", "`"),
+        description=(
+            "Trains every combination of the values given as key=a,b at every seed; key=value items apply to every "
+            f"run. Without a key=a,b item it sweeps the demo's settings ({', '.join(DEMO_SETTINGS)}). Each run "
+            "composes from base short-run, like agl-lab train. The same command with the same --out skips finished "
+            "runs and reruns failed or interrupted ones. Writes the demo's panels (bands across seeds), summary.csv "
+            "and summary.md into the sweep folder and prints the folder last."
+        ),
         epilog=f"example: {_EXAMPLE} --seeds 0 1 2",
     )
     sweep.add_argument(
@@ -44,11 +50,10 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
     sweep.add_argument(
         "--executor", choices=("ray", "serial"), default="ray", help="ray: runs in parallel on the cores (default)"
     )
+    bands = "; ".join(f"{name} = {label}" for name, label in BAND_LABELS.items())
     sweep.add_argument(
-        "--band", choices=tuple(BAND_LABELS), default="ci95", help="across seeds: " + "; ".join(
-            f"{name} = {label}" for name, label in BAND_LABELS.items()
-        ),
-    )  # fmt: skip
+        "--band", choices=tuple(BAND_LABELS), default="ci95", help="across seeds: " + bands.replace("%", "%%")
+    )
     sweep.add_argument(
         "--wandb-mode",
         choices=("online", "offline", "disabled"),

@@ -25,7 +25,8 @@ def test_version_and_help_tell_the_bases_and_the_exit_statuses():
         assert f"  {base:<10} {BASES[base].label}" in help_text
     assert "[launch]" in help_text and "[check]" in help_text and "[train, demo, sweep]" in help_text
     assert "exit status:" in help_text and "  3    launch: exported" in help_text and "  130  stopped" in help_text
-    assert "sweep" in help_text
+    sweep_help = run("sweep", "--help").stdout
+    assert "--seeds" in sweep_help and "ci95 = mean and 95% t-interval of the mean" in " ".join(sweep_help.split())
 
 
 def test_check_prints_the_settings_the_doctor_and_the_metrics():
