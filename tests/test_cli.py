@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import agl_lab
+from agl_lab.cli import main
 from agl_lab.config.compose import BASES
 from agl_lab.config.modes import LOSS_MODES
 from conftest import TINY_RUN
@@ -16,17 +17,28 @@ def run(*args, entry=(AGL_LAB,)):
     return subprocess.run([*entry, *args], capture_output=True, text=True, timeout=120)
 
 
-def test_version_and_help_tell_the_bases_and_the_exit_statuses():
+def test_version_and_help_tell_the_bases_and_the_exit_statuses(capsys):
     result = run("--version")
     assert result.returncode == 0 and result.stdout.startswith(f"agl-lab {agl_lab.__version__} (")
     assert "verl 0.9.1" in result.stdout
-    help_text = run("--help").stdout
+    help_text = in_process(capsys, "--help")
     for base in ("agl", "example", "short-run"):  # each base with the subcommands composing from it
         assert f"  {base:<10} {BASES[base].label}" in help_text
     assert "[launch]" in help_text and "[check]" in help_text and "[train, demo, sweep]" in help_text
     assert "exit status:" in help_text and "  3    launch: exported" in help_text and "  130  stopped" in help_text
-    sweep_help = run("sweep", "--help").stdout
+    sweep_help = in_process(capsys, "sweep", "--help")
     assert "--seeds" in sweep_help and "ci95 = mean and 95% t-interval of the mean" in " ".join(sweep_help.split())
+
+
+def in_process(capsys, *args) -> str:
+    """``agl-lab ARGS`` called in this process (for what needs no fresh interpreter): its stdout."""
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as exit_:  # --help exits
+        code = exit_.code
+    out = capsys.readouterr().out
+    return out if code == 0 else f"exit {code}\n{out}"
 
 
 def test_check_prints_the_settings_the_doctor_and_the_metrics():
@@ -120,7 +132,7 @@ def test_launch_exports_for_agent_lightning_and_says_what_to_install(tmp_path):
     assert "sk-do-not-export" not in result.stdout + result.stderr
 
 
-def test_launch_refuses_what_agent_lightning_would_refuse_and_check_says_so_first(tmp_path):
+def test_launch_refuses_what_agent_lightning_would_refuse_and_check_says_so_first(tmp_path, capsys):
     result = run("launch", "--out", str(tmp_path / "x"))  # AGL's defaults: gae with rollout-level advantage
     assert result.returncode == 1 and "gae gives per-token advantages" in result.stdout
     assert result.stdout.startswith(f"Base: agl = {BASES['agl'].label}\n")
@@ -128,16 +140,16 @@ def test_launch_refuses_what_agent_lightning_would_refuse_and_check_says_so_firs
     assert not (tmp_path / "x").exists()
     (error,) = [line for line in result.stdout.splitlines() if line.startswith("  error")]
     # check (base example) passes, and says what launch will stop at, in the same words
-    check = run("check")
-    assert check.returncode == 0 and "What `agl-lab launch` sends with this dotlist (base agl):" in check.stdout
-    assert error in check.stdout.splitlines()
+    check = in_process(capsys, "check")
+    assert not check.startswith("exit") and "What `agl-lab launch` sends with this dotlist (base agl):" in check
+    assert error in check.splitlines()
     # check --base agl checks exactly what launch sends: the same finding, the same exit status
-    exact = run("check", "--base", "agl")
-    assert exact.returncode == 1 and error in exact.stdout.splitlines()
+    exact = in_process(capsys, "check", "--base", "agl")
+    assert exact.startswith("exit 1\n") and error in exact.splitlines()
     # with the fix, launch goes on (and check says launch has no errors)
-    fixed = run("launch", "algorithm.adv_estimator=grpo", "--out", str(tmp_path / "y"))
-    assert fixed.returncode == 3 and (tmp_path / "y" / "overrides.yaml").exists()
-    assert "(base agl): no errors" in run("check", "algorithm.adv_estimator=grpo").stdout
+    fixed = in_process(capsys, "launch", "algorithm.adv_estimator=grpo", "--out", str(tmp_path / "y"))
+    assert fixed.startswith("exit 3\n") and (tmp_path / "y" / "overrides.yaml").exists()
+    assert "(base agl): no errors" in in_process(capsys, "check", "algorithm.adv_estimator=grpo")
 
 
 def test_several_values_are_refused_outside_sweep():
