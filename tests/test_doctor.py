@@ -2,7 +2,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from agl_lab import ConfigError, compose_config, diagnose
-from agl_lab.config.doctor import raise_for_errors
+from agl_lab.config.doctor import raise_for_errors, settings_frame
+from agl_lab.config.settings import SETTINGS
 from agl_lab.lab.examples import EXAMPLE_OVERRIDES
 
 
@@ -128,3 +129,11 @@ def test_misspelt_keys_and_wrong_types_in_a_config_from_elsewhere():
 def test_findings_print_on_one_line_each():
     for finding in findings("algorithm.adv_estimator=remax", "actor_rollout_ref.actor.clip_ratio_c=0.5"):
         assert "\n" not in str(finding) and "-> fix:" in str(finding)
+
+
+def test_the_settings_table_names_each_setting_with_the_catalogues_label():
+    frame = settings_frame(compose_config(overrides=EXAMPLE_OVERRIDES))
+    assert list(frame.columns) == ["setting", "key", "value", "default", "meaning"]
+    assert frame.setting.tolist() == [s.label for s in SETTINGS.values()]
+    estimator = frame.set_index("key").loc["algorithm.adv_estimator"]
+    assert (estimator["value"], estimator["default"]) == ("grpo", "gae")

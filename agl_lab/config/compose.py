@@ -7,7 +7,10 @@ OmegaConf merge, a key that does not exist is an error naming the nearest valid 
 wrong type is an error naming the expected type: a misspelt setting must never be silently ignored.
 
 The short-run trainer reads the same keys as Agent Lightning's trainer, so an experiment exports to it
-by dropping ``lab:``. Notebook: ``notebooks/02_config_check.ipynb``.
+by dropping ``lab:``. Every entrance composes from one of the named :data:`BASES` and says which: ``agl`` (Agent
+Lightning's defaults: what ``agl-lab launch`` sends), ``example`` (+ the example overrides: ``agl-lab check``) and
+``short-run`` (+ the short-run preset: ``agl-lab train``, ``demo``, ``sweep``, the notebooks' runs).
+Notebook: ``notebooks/02_config_check.ipynb``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import difflib
 import functools
 import typing
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +35,33 @@ from omegaconf.errors import OmegaConfBaseException
 from agl_lab.config.lab_config import LabConfig
 from agl_lab.config.tree import leaves, paths
 
-__all__ = [
-    "SHORT_RUN_YAML",
-    "ConfigError",
-    "base_config",
-    "compose_config",
-    "shared_base",
-    "key_problem",
-    "short_run_config",
-    "short_run_overrides",
-    "type_problem",
-]
+__all__ = ["BASES", "SHORT_RUN_YAML", "Base", "ConfigError", "base_config", "compose_config", "compose_from"]
+__all__ += ["key_problem", "shared_base", "short_run_config", "short_run_overrides", "type_problem"]
 
 SHORT_RUN_YAML = Path(__file__).with_name("conf") / "short_run.yaml"
+
+
+@dataclass(frozen=True)
+class Base:
+    """A named starting point: Agent Lightning's defaults, plus the overrides in ``yaml`` (none for ``agl``)."""
+
+    name: str
+    label: str  # one line: what every subcommand prints as the base it composed from
+    yaml: Path | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        """This base's overrides over Agent Lightning's defaults, as a nested dict (empty for ``agl``)."""
+        return OmegaConf.to_container(OmegaConf.load(self.yaml)) if self.yaml else {}
+
+
+_AGL = "Agent Lightning's defaults"
+BASES: dict[str, Base] = {  # what each entrance composes from; `agl-lab check --base NAME` checks any
+    "agl": Base("agl", f"{_AGL} (verl's ppo_trainer + Agent Lightning's additions), nothing else"),
+    "example": Base(
+        "example", f"{_AGL} + conf/example.yaml (grpo, 2 prompts x 3 rollouts)", SHORT_RUN_YAML.parent / "example.yaml"
+    ),
+    "short-run": Base("short-run", f"{_AGL} + conf/short_run.yaml (grpo, 8 locks x 8 rollouts)", SHORT_RUN_YAML),
+}
 
 
 class ConfigError(ValueError):
@@ -108,19 +126,26 @@ def compose_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence
     return cfg
 
 
+def compose_from(base: str, overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = ()) -> DictConfig:
+    """``compose_config`` starting from the named base (a key of :data:`BASES`): its overrides, then yours."""
+    if base not in BASES:
+        raise ConfigError(f"unknown base {base!r}: choose one of {', '.join(BASES)}")
+    merged = {**dict(leaves(BASES[base].overrides())), **dict(leaves(overrides or {}))}
+    return compose_config(overrides=merged, dotlist=dotlist)
+
+
 def short_run_overrides() -> dict[str, Any]:
     """The short-run sizes (``conf/short_run.yaml``) as a nested overrides dict."""
-    return OmegaConf.to_container(OmegaConf.load(SHORT_RUN_YAML))
+    return BASES["short-run"].overrides()
 
 
 def short_run_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = ()) -> DictConfig:
-    """``compose_config`` with the short-run sizes (``conf/short_run.yaml``) under your ``overrides`` and ``dotlist``.
+    """``compose_from("short-run", ...)``: the lab trainer's preset under your ``overrides`` and ``dotlist``.
 
-    The lab trainer's preset: what an Agent Lightning example script passes as its overrides dict, sized so that
-    the tiny default policy learns the default task in about a minute on 2 CPU cores.
+    What an Agent Lightning example script passes as its overrides dict, sized so that the tiny default policy
+    learns the default task in about a minute on 2 CPU cores.
     """
-    merged = {**dict(leaves(short_run_overrides())), **dict(leaves(overrides or {}))}
-    return compose_config(overrides=merged, dotlist=dotlist)
+    return compose_from("short-run", overrides, dotlist)
 
 
 def key_problem(path: str, base: DictConfig) -> str | None:
@@ -245,7 +270,9 @@ def _parse_dotlist(dotlist: Sequence[str]) -> list[tuple[str, Any, str]]:
             first_line = str(exc).splitlines()[0]
             edits.append((item, f"{first_line}: write key.path=value (quote values with spaces)", "error"))
             continue
-        if override.is_delete():
+        if override.is_sweep_override():  # key=a,b or range(3): several values, one config cannot hold them
+            edits.append((item, f"{item}: several values (a sweep) are accepted only by `agl-lab sweep`", "error"))
+        elif override.is_delete():
             edits.append((override.key_or_group, None, "delete"))
         elif override.is_add() or override.is_force_add():
             edits.append((override.key_or_group, override.value(), "add"))

@@ -63,6 +63,9 @@ class LabConfig:
     # loss from verl's registry and agree to 1e-5 (shuffle off). "lab" is the default: faster at lab sizes (verl's
     # fixed per-call costs: ~2.5x the time per step at the default size, 1.1x at hidden 256; benchmarks/bench_actor.py).
     actor: str = _field("lab", choices=ACTORS)
+    # W&B's mode for a run's wandb backend: auto = $WANDB_MODE when set, else online when a key is configured, else
+    # offline. Set here (a sweep's wandb_mode sets it per cell), it applies to that run only, never the environment.
+    wandb_mode: str = _field("auto", choices=("auto", "online", "offline", "disabled"))
     # torch CPU threads while a run trains (restored after); 0 = leave torch's setting. 1 suits the tiny policy: its
     # ops are too small to split, and extra threads spin-wait when the cores are busy (measured on 2 shared cores:
     # a default run took 8 s with 1 thread, 100 s with 2).

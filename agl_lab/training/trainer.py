@@ -208,6 +208,10 @@ class _Run:
         with _timed(timing, "adv"):
             batch, adv_metrics = compute_advantages(batch, cfg, kl_ctrl=self.kl_ctrl)
             adv_metrics["lab/loss_scale"] = loss_scale(batch, cfg)
+            # the same on one update's scale: token-mean gives each mini-batch 1, per_rollout_mean shares its total
+            adv_metrics["lab/loss_scale_per_mini_batch"] = adv_metrics["lab/loss_scale"] / (
+                len(batch) // self.mini_batch_rows
+            )
         with _timed(timing, "update_actor"):
             actor_metrics = self.backend.update(batch, temperature=temperature, step=step)
         actor_metrics["lab/ppo_updates"] = len(batch) // self.mini_batch_rows * int(self.actor.ppo_epochs)
