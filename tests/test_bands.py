@@ -4,7 +4,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from agl_lab.curves.bands import BAND_LABELS, bands, t_quantile  # noqa: E402
+from agl_lab.curves.bands import BAND_LABELS, bands  # noqa: E402
 
 
 def table():
@@ -55,21 +55,17 @@ def test_one_seed_has_no_interval_and_seeds_band_is_the_mean_alone():
 
 
 @pytest.mark.parametrize(
-    ("df", "quantile"),
-    # Student's t table, two-sided 95% (p = 0.975), e.g. Fisher & Yates; df = 1 is tan(0.475 π) = 12.7062
-    [(1, 12.7062), (2, 4.3027), (3, 3.1824), (4, 2.7764), (9, 2.2622), (29, 2.0452), (120, 1.9799)],
+    ("n", "quantile"),
+    # Student's t table, two-sided 95% (p = 0.975) with n - 1 degrees of freedom, e.g. Fisher & Yates
+    [(2, 12.7062), (3, 4.3027), (4, 3.1824), (10, 2.2622), (30, 2.0452)],
 )
-def test_t_quantiles_match_the_printed_table(df, quantile):
-    assert t_quantile(0.975, df) == pytest.approx(quantile, abs=1e-4)
-
-
-def test_t_quantile_has_the_closed_form_at_two_degrees_of_freedom():
-    # df = 2: F(x) = 1/2 + x / (2 √(2 + x²)), so the p quantile is (2p − 1) · √(2 / (1 − (2p − 1)²))
-    for p in (0.6, 0.9, 0.995):
-        a = 2 * p - 1
-        assert t_quantile(p, 2) == pytest.approx(a * np.sqrt(2 / (1 - a * a)), rel=1e-7)
-    with pytest.raises(ValueError, match="0.5 < p < 1 and df >= 1"):
-        t_quantile(0.975, 0)
+def test_the_ci95_band_is_the_t_interval_of_the_mean(n, quantile):
+    # n seeds of one setting at one step: values 0, 1, ..., n-1 → mean (n-1)/2, sample std s, half-width t·s/√n
+    values = np.arange(n, dtype=float)
+    frame = pd.DataFrame({"setting": "a", "seed": range(n), "run": range(n), "step": 1, "metric": "m", "value": values})
+    out = bands(frame, band="ci95").iloc[0]
+    half = quantile * values.std(ddof=1) / np.sqrt(n)
+    assert (out["low"], out["high"]) == pytest.approx((values.mean() - half, values.mean() + half), rel=1e-4)
 
 
 def test_smoothing_is_a_trailing_mean_per_run():

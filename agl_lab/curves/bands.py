@@ -15,15 +15,14 @@ Notebook: ``notebooks/04_reproduce_curves.ipynb``.
 
 from __future__ import annotations
 
-import functools
-import math
 from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 import pandas as pd
+from scipy.stats import t as student_t
 
-__all__ = ["BAND_LABELS", "Band", "bands", "t_quantile"]
+__all__ = ["BAND_LABELS", "Band", "bands", "smoothed"]
 
 Band = Literal["ci95", "std", "seeds"]
 BAND_LABELS = {
@@ -49,7 +48,8 @@ def bands(
     spread = groups.std(ddof=1).fillna(0.0).to_numpy()  # (points,): 0 where one seed
     if band == "ci95":
         n = out["n_seeds"].to_numpy()
-        spread = spread / np.sqrt(n) * np.array([t_quantile(0.975, k - 1) if k > 1 else 0.0 for k in n])
+        t = student_t.ppf(0.975, np.maximum(n - 1, 1))  # (points,); one seed has no interval (spread 0 there)
+        spread = spread / np.sqrt(n) * np.where(n > 1, t, 0.0)
     elif band == "seeds":
         spread = np.zeros(len(out))
     out["low"], out["high"] = out["mean"] - spread, out["mean"] + spread
@@ -69,29 +69,3 @@ def smoothed(table: pd.DataFrame, metrics: Sequence[str] | None = None, *, smoot
         runs = data.groupby(["setting", "seed", "run", "metric"], dropna=False)["value"]
         data = data.assign(value=runs.transform(lambda v: v.rolling(smooth, min_periods=1).mean()))
     return data
-
-
-@functools.cache
-def t_quantile(p: float, df: int) -> float:
-    """The ``p`` quantile (``p`` > 0.5) of Student's t with ``df`` degrees of freedom.
-
-    scipy is not a dependency, so the distribution function is integrated here: the t density, Simpson's rule on
-    [0, x] (error far below 1e-9 for the widths needed), and bisection on x.
-    """
-    if not 0.5 < p < 1 or df < 1:
-        raise ValueError(f"need 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
-    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-
-    def cdf(x: float) -> float:
-        grid = np.linspace(0.0, x, 4001)  # (4001,): an even number of Simpson intervals
-        density = np.exp(log_norm - (df + 1) / 2 * np.log1p(grid**2 / df))  # (4001,)
-        simpson = density[0] + density[-1] + 4 * density[1:-1:2].sum() + 2 * density[2:-1:2].sum()
-        return 0.5 + simpson * (x / 4000) / 3
-
-    low, high = 0.0, 1.0
-    while cdf(high) < p:  # heavy tails at df = 1: the 0.975 quantile is 12.7
-        low, high = high, high * 2
-    for _ in range(60):
-        mid = (low + high) / 2
-        low, high = (mid, high) if cdf(mid) < p else (low, mid)
-    return (low + high) / 2
