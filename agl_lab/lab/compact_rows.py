@@ -38,6 +38,8 @@ class CompactRows:
     is_drop: np.ndarray  # (rows,) bool: is_drop_mask
     response_width: int  # the rows' padded response width (verl's default H of seq-mean-token-sum-norm)
     score_dtype: torch.dtype = torch.float32  # the scores' dtype: the advantage is computed in it, as verl does
+    prompt_length: np.ndarray | None = None  # (rows,) prompt tokens without padding (None: unknown)
+    response_length: np.ndarray | None = None  # (rows,) response tokens (trainable or not) without padding
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -66,6 +68,12 @@ def compact_rows(rows: DataProto) -> CompactRows:
     scores = rows.batch[key]  # (rows, R)
     drop = rows.batch["is_drop_mask"] if "is_drop_mask" in rows.batch.keys() else torch.zeros(len(rows), dtype=bool)
     data_id = rows.non_tensor_batch.get("data_id_list")
+    lengths = {}
+    if {"prompts", "attention_mask"} <= set(rows.batch.keys()):
+        width = rows.batch["prompts"].shape[-1]
+        attention = rows.batch["attention_mask"]  # (rows, P + R): prompt then response positions
+        lengths["prompt_length"] = attention[:, :width].sum(dim=-1).cpu().numpy().astype(np.int64)
+        lengths["response_length"] = attention[:, width:].sum(dim=-1).cpu().numpy().astype(np.int64)
     return CompactRows(
         rollout_id=as_ids(rows.non_tensor_batch["rollout_id_list"], field="rollout_id_list"),
         data_id=None if data_id is None else as_ids(data_id, field="data_id_list"),
@@ -74,4 +82,5 @@ def compact_rows(rows: DataProto) -> CompactRows:
         is_drop=drop.bool().cpu().numpy(),
         response_width=int(mask.shape[-1]),
         score_dtype=scores.dtype,
+        **lengths,
     )
