@@ -205,8 +205,12 @@ def trl_grpo(layout: TokenLayout) -> np.ndarray:
 def trl_bnpo(layout: TokenLayout) -> np.ndarray:
     # tokens summed ÷ this micro-batch's tokens (clamped at 1), ÷ accumulation steps, DDP mean: 1/(N_μ·M_b)
     micro = layout.micro
+    if len(micro) == 0:
+        return np.zeros(0)
     micro_tokens = np.bincount(micro, weights=layout.row_tokens)  # (micro-batches,)
-    micro_count = np.bincount(np.unique(np.stack([layout.mini_batch, micro]), axis=1)[0])  # (mini-batches,) M_b
+    mini_of_micro = np.full(len(micro_tokens), -1)
+    mini_of_micro[micro] = layout.mini_batch  # every row of a micro-batch is in the same mini-batch
+    micro_count = np.bincount(mini_of_micro[mini_of_micro >= 0])  # (mini-batches,) M_b
     return 1.0 / (np.maximum(micro_tokens[micro], 1.0) * micro_count[layout.mini_batch])
 
 
@@ -245,8 +249,9 @@ def rollout_mean(layout: TokenLayout) -> np.ndarray:
     return 1.0 / (n_rollouts * np.maximum(rows[layout.rollout], 1.0) * np.maximum(layout.row_tokens, 1.0))
 
 
-def _codes(*keys: np.ndarray) -> np.ndarray:
-    """One dense code per distinct tuple of ``keys`` (row-aligned integer arrays)."""
-    if len(keys[0]) == 0:
+def _codes(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """One code per distinct (first, second) pair of non-negative integer arrays (not necessarily dense)."""
+    if len(first) == 0:
         return np.zeros(0, dtype=np.int64)
-    return np.unique(np.stack(keys), axis=1, return_inverse=True)[1].reshape(-1)
+    key = first * (int(second.max()) + 1) + second
+    return np.unique(key, return_inverse=True)[1].reshape(-1) if key.max() > 8 * len(key) + 1024 else key
