@@ -123,7 +123,7 @@ def size_counts(sizes: np.ndarray, reward: np.ndarray) -> np.ndarray:
 def fate_counts(rollouts: RolloutGroups, fate: np.ndarray) -> np.ndarray:
     """(fates, classes) rows per fate (``FATES`` order) and rows-per-rollout class (as aggregated, 6+ pooled)."""
     classes = np.minimum(rollouts.sizes[rollouts.codes], MAX_CLASS) - 1  # (rows,)
-    codes = pd.Categorical(fate, categories=list(FATES)).codes  # (rows,)
+    codes = sum(i * (fate == name) for i, name in enumerate(FATES))  # (rows,) index into FATES
     n_classes = int(classes.max(initial=0)) + 1
     return np.bincount(codes * n_classes + classes, minlength=len(FATES) * n_classes).reshape(len(FATES), n_classes)
 

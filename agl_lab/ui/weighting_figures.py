@@ -28,10 +28,12 @@ from agl_lab.lab.class_stats import MAX_CLASS, ClassWeights
 from agl_lab.lab.weight_figures import mode_tick_label
 from agl_lab.lab.weighting_result import RolloutView
 
-__all__ = ["RolloutScatter", "WeightBars", "hover_heads", "hover_texts"]
+__all__ = ["RolloutScatter", "WeightBars", "hover_texts"]
 
 _CLASS_COLOURS = ("#414487", "#2a788e", "#22a884", "#7ad151", "#bddf26", "#fde725")  # viridis, 1..6+ rows
 _GROUP_COLOURS = ("#2ca02c", "#d62728", "#9e9e9e")  # higher reward, lower reward, no row kept
+# The mode's numbers come as numbers (binary arrays): only the batch's and selection's part is text, made once.
+_HOVER = "%{hovertext}<br>weight %{customdata:.3g}<br>mass %{y:.3g}<extra></extra>"
 _FATE_COLOURS = {"kept": "#1f77b4", "dropped/same_reward": "#ff7f0e", "dropped/random": "#d62728",
                  "dropped/marked": "#7f7f7f"}  # fmt: skip
 
@@ -130,7 +132,7 @@ class RolloutScatter:
         fig = go.Figure()
         for g, name in enumerate(self.GROUPS):
             fig.add_trace(go.Scattergl(name=name, mode="markers", marker=dict(size=6, color=_GROUP_COLOURS[g],
-                                       opacity=0.65), hoverinfo="text"))  # fmt: skip
+                                       opacity=0.65), hovertemplate=_HOVER))  # fmt: skip
         fig.add_trace(go.Scattergl(name="column mean", mode="lines", line=dict(color="black", width=2),
                                    hoverinfo="skip"))  # fmt: skip
         fig.add_hline(y=0, line_color="#888", line_width=1)
@@ -141,8 +143,9 @@ class RolloutScatter:
         for trace in self.widget.data[:3]:
             trace.on_click(self._clicked)
 
-    def update(self, view: RolloutView, texts: np.ndarray) -> None:
-        """Move every point to ``view``'s masses; ``texts``: one hover text per rollout (:func:`hover_texts`)."""
+    def update(self, view: RolloutView, texts: np.ndarray | None) -> None:
+        """Move every point to ``view``'s masses and weights; ``texts``: one hover text per rollout
+        (:func:`hover_texts`), or None when the rollouts' texts have not changed since the last update."""
         n = len(view.rollout_id)
         jitter = np.random.default_rng(self.seed).uniform(-0.18, 0.18, n)
         kept = view.rows_kept > 0
@@ -150,13 +153,16 @@ class RolloutScatter:
         self.members = [np.flatnonzero(kept & higher), np.flatnonzero(kept & ~higher), np.flatnonzero(~kept)]
         x = view.rows_kept + jitter
         y = np.where(kept, view.mass, 0.0)
-        xs, ys, hover = [], [], []
+        xs, ys, weights, hover = [], [], [], []
         for idx in self.members:
-            xs.append(_c(x[idx])), ys.append(_c(y[idx])), hover.append(texts[idx])
-        xs.append(_c(_mean_segments(view.rows_kept[kept], view.mass[kept])[0]))
-        ys.append(_c(_mean_segments(view.rows_kept[kept], view.mass[kept])[1]))
-        hover.append(None)
-        self.widget.plotly_update(restyle_data={"x": xs, "y": ys, "hovertext": hover}, trace_indexes=[0, 1, 2, 3])
+            xs.append(_c(x[idx])), ys.append(_c(y[idx])), weights.append(_c(view.weight[idx]))
+            hover.append(texts[idx] if texts is not None else None)
+        means_x, means_y = _mean_segments(view.rows_kept[kept], view.mass[kept])
+        xs.append(_c(means_x)), ys.append(_c(means_y)), weights.append(None), hover.append(None)
+        restyle = {"x": xs, "y": ys, "customdata": weights}
+        if texts is not None:
+            restyle["hovertext"] = hover
+        self.widget.plotly_update(restyle_data=restyle, trace_indexes=[0, 1, 2, 3])
 
     def _clicked(self, trace, points, _state) -> None:
         if not points.point_inds or self.on_pick is None:  # plotly calls every trace's handler; one has the point
@@ -175,27 +181,17 @@ def _mean_segments(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return xs, ys
 
 
-def hover_texts(view: RolloutView, static: np.ndarray | None = None) -> np.ndarray:
-    """One hover text per rollout: id, uid, rows (kept), tokens, reward, advantage, weight, kept or dropped.
-
-    ``static``: :func:`hover_heads` of the same selection (what does not depend on the mode), when cached.
-    """
-    heads = hover_heads(view) if static is None else static
+def hover_texts(view: RolloutView) -> np.ndarray:
+    """Each rollout's hover text but its weight and mass (numbers the figure formats): id, uid, rows kept, fate,
+    tokens, reward and advantage. It depends on the batch, the selection and rollout-level advantage, not the mode."""
+    fate = np.where(view.rows_kept == view.rows, "kept", np.where(view.rows_kept == 0, "dropped", "partly dropped"))
     lines = [
-        f"{h}<br>advantage {a:.3g}<br>weight {g:.3g} ({rel:.2f}× a fair share)<br>mass {m:.3g}"
-        for h, a, g, rel, m in zip(heads, view.advantage.tolist(), view.weight.tolist(),
-                                   np.nan_to_num(view.relative_weight).tolist(), view.mass.tolist(), strict=True)
+        f"<b>rollout {r}</b><br>uid {u}<br>rows {k} of {n} kept ({f})<br>tokens {t:.0f}<br>reward {w:.3g}"
+        f"<br>advantage {a:.3g}"
+        for r, u, k, n, f, t, w, a in zip(view.rollout_id, view.uid, view.rows_kept.tolist(), view.rows.tolist(),
+                                          fate, view.tokens_kept.tolist(), view.reward.tolist(),
+                                          view.advantage.tolist(), strict=True)
     ]  # fmt: skip
     out = np.empty(len(lines), dtype=object)
     out[:] = lines
     return out
-
-
-def hover_heads(view: RolloutView) -> list[str]:
-    """The part of each rollout's hover text that only the batch and the selection decide."""
-    fate = np.where(view.rows_kept == view.rows, "kept", np.where(view.rows_kept == 0, "dropped", "partly dropped"))
-    return [
-        f"<b>rollout {r}</b><br>uid {u}<br>rows {k} of {n} kept ({f})<br>tokens {t:.0f}<br>reward {w:.3g}"
-        for r, u, k, n, f, t, w in zip(view.rollout_id, view.uid, view.rows_kept.tolist(), view.rows.tolist(), fate,
-                                       view.tokens_kept.tolist(), view.reward.tolist(), strict=True)
-    ]  # fmt: skip

@@ -44,7 +44,7 @@ from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
 from agl_lab.lab.synthetic_fast import fast_synthetic_rows
 from agl_lab.lab.weighting import Weighting, analyze_weighting
 from agl_lab.ui.controls import WIDE, control_overrides, control_settings, generator_controls, settings_controls
-from agl_lab.ui.weighting_figures import RolloutScatter, WeightBars, hover_heads, hover_texts
+from agl_lab.ui.weighting_figures import RolloutScatter, WeightBars, hover_texts
 from agl_lab.ui.weighting_html import rows_html, summary_html
 
 __all__ = ["WeightingPanel"]
@@ -187,9 +187,11 @@ class WeightingPanel:
             drawn.append("highlight")
         if self._drawn.get("scatter") != (self._selection, mode, level):
             view = result.view(mode, level)
-            if self._drawn.get("heads", (None,))[0] != self._selection:  # the mode-independent half, per selection
-                self._drawn["heads"] = (self._selection, hover_heads(view))
-            self.scatter.update(view, hover_texts(view, self._drawn["heads"][1]))
+            texts = None
+            if self._drawn.get("texts") != (self._selection, level):  # they do not depend on the mode
+                texts = hover_texts(view)
+                self._drawn["texts"] = (self._selection, level)
+            self.scatter.update(view, texts)
             self.scatter_title.value = (
                 f"<b>Rollout mass under {html.escape(LOSS_MODES[mode].label)}</b> (rollout-level advantage "
                 f"{'on' if level else 'off'}): hover a rollout for its numbers, click it for its rows"
