@@ -144,7 +144,7 @@ LOSS_MODES: dict[str, LossMode] = {
                    "micro-batches / D", weights.geo_mean, 1928, split="k times", depends_on=(_MICRO, _DP)),
         _other("trl:grpo", "TRL grpo", "TRL", "w = 1 / (n · G)", "rows / G", _TRL, weights.trl_grpo, split="k times"),
         _other("trl:bnpo", "TRL bnpo", "TRL", "w = 1 / (N_μ · M_b)", "mini-batches", _TRL, weights.trl_bnpo,
-               split="by micro-batch tokens", depends_on=(_COMPOSITION, _MICRO, _DP)),
+               split="by micro-batch tokens", depends_on=(_COMPOSITION, _MICRO)),
         _other("trl:dr_grpo", "TRL dr_grpo", "TRL", "w = 1 / (G · H)", "tokens / (G · H)", _TRL, weights.trl_dr_grpo),
         _other("trl:dapo", "TRL dapo (TRL's default)", "TRL", "w = 1 / N_b", "mini-batches", _TRL, weights.trl_dapo,
                depends_on=(_COMPOSITION, _DP)),
