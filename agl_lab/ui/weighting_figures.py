@@ -25,7 +25,6 @@ from plotly.subplots import make_subplots
 from agl_lab.core.pipeline import FATES
 from agl_lab.lab.batch_figures import FATE_STYLE
 from agl_lab.lab.class_stats import MAX_CLASS, ClassWeights
-from agl_lab.lab.weight_figures import mode_tick_label
 from agl_lab.lab.weighting_result import RolloutView
 
 __all__ = ["RolloutScatter", "WeightBars", "hover_texts"]
@@ -55,7 +54,7 @@ class WeightBars:
         )  # fmt: skip
         for j in range(MAX_CLASS):
             name = f"{j + 1}{'+' if j + 1 == MAX_CLASS else ''} row{'s' if j else ''}"
-            fig.add_trace(go.Bar(name=name, marker_color=_CLASS_COLOURS[j], legendgroup="classes",
+            fig.add_trace(go.Bar(name=name, marker_color=_CLASS_COLOURS[j],
                                  hovertemplate=f"{name}<br>mean %{{y:.3g}}× a fair share<extra>%{{x}}</extra>"),
                           row=1, col=1)  # fmt: skip
         for g, name in enumerate(("higher reward", "lower reward")):
@@ -69,13 +68,15 @@ class WeightBars:
         fig.add_shape(type="rect", x0=-0.45, x1=0.45, y0=0, y1=1, yref="y domain", fillcolor="gold", opacity=0.2,
                       line_width=0, layer="below", row=1, col=1)  # fmt: skip
         fig.add_hline(y=1.0, line_dash="dash", line_width=1, row=1, col=1)
-        self.ticks = [mode_tick_label(m, 14).replace("\n", "<br>") for m in self.modes]
-        fig.update_xaxes(tickvals=list(range(len(self.modes))), ticktext=self.ticks, tickfont_size=9, row=1, col=1)
+        self.ticks = list(self.modes)  # catalogue names: short enough to sit under each group, angled
+        fig.update_xaxes(tickvals=list(range(len(self.modes))), ticktext=self.ticks, tickfont_size=10, tickangle=-30,
+                         row=1, col=1)  # fmt: skip
         fig.update_xaxes(title_text="rows per rollout", dtick=1, row=2, col=1)
         fig.update_xaxes(title_text="rows per rollout (as aggregated)", row=2, col=2)
         fig.update_yaxes(title_text="weight ÷ fair share", rangemode="tozero", row=1, col=1)
-        legend = dict(title_text="rows per rollout (kept)", font_size=10)
-        fig.update_layout(barmode="group", height=640, margin=dict(l=60, r=20, t=40, b=40), bargap=0.15,
+        legend = dict(title_text="rows per rollout (kept):", font_size=10, orientation="h", yanchor="bottom", y=1.05,
+                      xanchor="left", x=0)  # fmt: skip
+        fig.update_layout(barmode="group", width=940, height=680, margin=dict(l=110, r=10, t=70, b=40), bargap=0.15,
                           legend=legend, uirevision="keep")  # fmt: skip
         self.widget = go.FigureWidget(fig)
 
@@ -106,7 +107,7 @@ class WeightBars:
             bottom = bottom + counts
         top = float(np.nanmax(np.concatenate([stats.high.ravel(), stats.mean.ravel(), [1.0]])))
         # the batch's loss scale under each mode's tick (a tick text is one key; an annotation per mode is 2 each)
-        ticks = [f"{tick}<br><b>Σ={total:.3g}</b>" for tick, total in zip(self.ticks, stats.totals, strict=True)]
+        ticks = [f"{tick} <b>Σ={total:.3g}</b>" for tick, total in zip(self.ticks, stats.totals, strict=True)]
         relayout = {"xaxis.ticktext": ticks, "yaxis.range": [0, top * 1.08], **self.highlight(highlight)}
         self.widget.plotly_update(
             restyle_data={"x": x, "y": y, "base": base, "error_y": error},
@@ -136,9 +137,11 @@ class RolloutScatter:
         fig.add_trace(go.Scattergl(name="column mean", mode="lines", line=dict(color="black", width=2),
                                    hoverinfo="skip"))  # fmt: skip
         fig.add_hline(y=0, line_color="#888", line_width=1)
-        fig.update_layout(height=420, margin=dict(l=60, r=10, t=10, b=40), hovermode="closest", uirevision="keep",
-                          hoverlabel=dict(align="left"), xaxis=dict(title_text="rows per rollout (kept)", dtick=1),
-                          yaxis=dict(title_text="mass = Σ weight × advantage"), legend=dict(font_size=10))  # fmt: skip
+        fig.update_layout(width=560, height=430, margin=dict(l=60, r=10, t=30, b=40), hovermode="closest",
+                          uirevision="keep", hoverlabel=dict(align="left"),
+                          xaxis=dict(title_text="rows per rollout (kept)", dtick=1),
+                          yaxis=dict(title_text="mass = Σ weight × advantage"),
+                          legend=dict(font_size=10, orientation="h", yanchor="bottom", y=1.01, x=0))  # fmt: skip
         self.widget = go.FigureWidget(fig)
         for trace in self.widget.data[:3]:
             trace.on_click(self._clicked)

@@ -16,18 +16,21 @@ from agl_lab.lab.weighting import Weighting
 
 __all__ = ["rows_html", "summary_html"]
 
+_SHORT = {"mini_batch": "mini-batch", "micro_batch": "micro", "trainable_tokens": "tokens", "advantage": "adv."}
+
 
 def rows_html(rollout_id: Any, table: pd.DataFrame) -> str:
     """An HTML table of one rollout's rows (``table``: its lines of ``Weighting.row_table``)."""
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
+    head = "".join(f"<th>{html.escape(_SHORT.get(c, c))}</th>" for c in table.columns)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in line) + "</tr>"
         for line in table.itertuples(index=False)
     )
     rid = html.escape(str(rollout_id), quote=True)
     return (
-        f"<b>Rows of rollout {html.escape(str(rollout_id))}</b> (mini_batch −1: dropped)"
-        f"<table class='rollout-rows' data-rollout='{rid}' style='font-size:11px'><thead><tr>{head}</tr></thead>"
+        f"<b>Rows of rollout {html.escape(str(rollout_id))}</b> (mini-batch −1: dropped)"
+        f"<table class='rollout-rows' data-rollout='{rid}' style='font-size:10px; line-height:1.2'>"
+        f"<thead><tr>{head}</tr></thead>"
         f"<tbody>{body}</tbody></table>"
     )
 

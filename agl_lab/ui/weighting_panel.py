@@ -53,8 +53,7 @@ _GENERATOR_KNOBS = ("n_prompts", "rollouts_per_prompt", "calls", "min_calls", "m
                     "fail_extra_calls", "min_tokens", "max_tokens", "success_prob", "partial_credit", "break_prob",
                     "level")  # fmt: skip
 _MICRO = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
-_TABLE_COLUMNS = ("row", "mini_batch", "micro_batch", "trainable_tokens", "reward", "fate", "advantage", "weight",
-                  "mass")  # fmt: skip
+_TABLE_COLUMNS = ("row", "mini_batch", "micro_batch", "trainable_tokens", "fate", "advantage", "weight", "mass")
 
 
 class WeightingPanel:
@@ -262,8 +261,8 @@ class WeightingPanel:
             generator += [w.HBox([c["min_calls"], c["max_calls"]]), c["fail_extra_calls"], c["continue_prob"],
                           w.HBox([c["min_tokens"], c["max_tokens"]]), c["break_prob"], c["level"]]  # fmt: skip
             columns.insert(0, w.VBox([w.HTML("<b>Synthetic batch</b>"), *generator]))
-        self.table.layout = w.Layout(width="36%", max_height="440px", overflow="auto")
-        rollouts = w.HBox([w.Box([self.scatter.widget], layout=w.Layout(width="64%")), self.table])
+        self.table.layout = w.Layout(width="380px", max_height="440px", overflow="auto")
+        rollouts = w.HBox([self.scatter.widget, self.table], layout=w.Layout(gap="12px"))
         return w.VBox([w.HBox(columns, layout=w.Layout(gap="24px")), self.status, self.summary, self.bars.widget,
                        self.scatter_title, rollouts])  # fmt: skip
 
