@@ -115,7 +115,7 @@ def class_weights(
 
 def size_counts(sizes: np.ndarray, reward: np.ndarray) -> np.ndarray:
     """(2, largest rollout) rollouts per row count (as aggregated): higher reward, lower reward (the midpoint split)."""
-    higher = reward >= (reward.min(initial=0) + reward.max(initial=0)) / 2
+    higher = reward >= (reward.min() + reward.max()) / 2 if len(reward) else np.zeros(0, bool)
     length = int(sizes.max(initial=1))
     return np.stack([np.bincount(sizes[g] - 1, minlength=length) for g in (higher, ~higher)])
 

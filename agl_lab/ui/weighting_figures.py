@@ -152,7 +152,7 @@ class RolloutScatter:
         n = len(view.rollout_id)
         jitter = np.random.default_rng(self.seed).uniform(-0.18, 0.18, n)
         kept = view.rows_kept > 0
-        higher = view.reward >= (view.reward.min(initial=0) + view.reward.max(initial=0)) / 2
+        higher = view.reward >= (view.reward.min() + view.reward.max()) / 2 if n else np.zeros(0, bool)
         self.members = [np.flatnonzero(kept & higher), np.flatnonzero(kept & ~higher), np.flatnonzero(~kept)]
         x = view.rows_kept + jitter
         y = np.where(kept, view.mass, 0.0)
