@@ -1,11 +1,14 @@
-"""Weighting lab speed: what each widget change of the panel costs at 10,000 rows, recompute + redraw.
+"""Weighting panel speed: what each control change costs at ≥ 10,000 rows, recompute + redraw, kernel side.
 
-The panel recomputes only what a change touches: a new loss mode or a cached rollout-level toggle redraws two
-figures; the cap, the mini-batch size and the seed rerun the trainer's steps 1–4 (``select_rows`` and the
-advantage) for the shown rollout-level setting; a generator knob regenerates and re-aggregates the batch.
-Each change is timed from setting the widget's value to the images being updated (the observers run
-synchronously), as the median of round-robin repeats, with verl's ``grpo`` estimator and its
-``grpo_vectorized`` twin side by side. A breakdown of the stages follows. Target: 200 ms per change.
+Every control of :class:`agl_lab.ui.weighting_panel.WeightingPanel` — the generator's knobs, the three settings,
+the mini- and micro-batch sizes, the dp ranks, the seed — and a click on a rollout is timed from setting the
+widget's value to the observers having returned, which includes the messages the figures send: every comm
+message is serialized to JSON here as ipykernel would (and its binary buffers checked contiguous), so the time is
+the kernel's part of a change. What the browser then spends drawing is measured by the browser tests' notes
+(README). Each change alternates between two values, so every timed call is a change; the median of round-robin
+repeats is reported for the panel's default estimator (``grpo_vectorized``) beside verl's ``grpo`` (the same
+numbers, computed with a Python loop). Target: 100 ms per change. The last line is the slowest change with the
+default estimator.
 
 Run: ``.venv/bin/python benchmarks/bench_weighting.py [--prompts 900 --repeats 5]`` (900 prompts × 8 rollouts
 make ~10,000 rows at the generator's defaults).
@@ -14,21 +17,36 @@ make ~10,000 rows at the generator's defaults).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 import warnings
-from collections.abc import Callable
 
+import comm
 import torch
 
 import agl_lab  # noqa: I001  (first: it quiets verl's CPU-platform notices)
 from agl_lab import compose_config
-from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
-from agl_lab.lab.weighting import analyze_weighting
+from agl_lab.lab.synthetic import SyntheticKnobs
 from agl_lab.ui.weighting_panel import WeightingPanel
 
-TARGET_MS = 200.0
-ESTIMATORS = ("grpo", "grpo_vectorized")
+TARGET_MS = 100.0
+ESTIMATORS = ("grpo_vectorized", "grpo")  # the panel's default first
+SENT = {"messages": 0, "bytes": 0}
+
+
+class SerializingComm(comm.base_comm.BaseComm):
+    """What a kernel's comm does with a widget message, minus the socket: JSON text and contiguous buffers."""
+
+    def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys):
+        for buffer in buffers or []:
+            if not memoryview(buffer).contiguous:
+                raise ValueError("a widget sent a non-contiguous buffer: ipykernel would refuse it")
+        SENT["messages"] += 1
+        SENT["bytes"] += len(json.dumps(data or {}, default=str)) + sum(memoryview(b).nbytes for b in buffers or [])
+
+
+comm.create_comm = lambda *args, **kwargs: SerializingComm(*args, **kwargs)
 
 
 def panel_for(estimator: str, knobs: SyntheticKnobs) -> WeightingPanel:
@@ -41,69 +59,53 @@ def panel_for(estimator: str, knobs: SyntheticKnobs) -> WeightingPanel:
     return WeightingPanel(knobs=knobs, cfg=cfg)
 
 
-Change = tuple[Callable[[int], None] | None, Callable[[int], None]]  # (untimed setup, timed change) of repeat i
-
-
-def interactions(panel: WeightingPanel) -> dict[str, Change]:
-    """Each widget change, with alternating values so that every timed call is a change."""
-    controls = panel.controls
-    mini = controls["ppo_mini_batch_size"].value
-
-    def set_value(name, values):
-        return lambda i: setattr(controls[name], "value", values[i % len(values)])
-
-    def forget_other_level(i: int) -> None:
-        # the first toggle after a selection change has to compute the other setting's advantages
-        panel._analysis_cache.pop((panel._selection, not controls["rollout_level"].value), None)
-
-    return {
-        "loss mode (redraws 2 of 4 figures)": (
-            None,
-            set_value("mode", ("seq-mean-token-mean", "per_rollout_mean:rows")),
-        ),
-        "rollout-level toggle, cached": (None, set_value("rollout_level", (False, True))),
-        "rollout-level toggle, first time": (forget_other_level, set_value("rollout_level", (False, True))),
-        "cap none -> 2 (2 mini-batches kept)": (set_value("cap", ("none",)), set_value("cap", (2,))),
-        "cap 2 -> none (all aligned rows kept)": (set_value("cap", (2,)), set_value("cap", ("none",))),
-        "mini-batch size": (None, set_value("ppo_mini_batch_size", (mini - 1, mini))),
-        "generator knob (success_prob)": (None, set_value("success_prob", (0.55, 0.5))),
+def changes(panel: WeightingPanel) -> dict[str, tuple]:
+    """Each control with two values to alternate between (the second is where it starts)."""
+    c = panel.controls
+    mini = c["ppo_mini_batch_size"].value
+    out = {
+        "loss mode": ("mode", ("trl:bnpo", "per_rollout_mean:rows")),
+        "rollout-level advantage (first time)": ("rollout_level", (False, True)),
+        "rollout-level advantage (cached)": ("rollout_level", (False, True)),
+        "max_ppo_update_times none -> 2": ("cap", (2, "none")),
+        "ppo_mini_batch_size": ("ppo_mini_batch_size", (mini - 1, mini)),
+        "ppo_micro_batch_size_per_gpu": ("micro", (8, 0)),
+        "dp ranks": ("dp_size", (2, 1)),
+        "seed": ("seed", (1, 0)),
     }
+    for name in ("n_prompts", "rollouts_per_prompt", "min_calls", "max_calls", "fail_extra_calls", "min_tokens",
+                 "max_tokens"):  # fmt: skip
+        out[f"generator: {name}"] = (name, (c[name].value + 1, c[name].value))
+    for name in ("success_prob", "partial_credit", "break_prob", "continue_prob"):
+        value = c[name].value
+        out[f"generator: {name}"] = (name, (round(min(value + 0.05, 1.0), 2), value))
+    out["generator: calls"] = ("calls", ("uniform", c["calls"].value))
+    out["generator: level"] = ("level", ("transition", c["level"].value))
+    return out
 
 
-def measure(change: Change | Callable[[int], object], repeats: int) -> float:
-    """Median milliseconds of the timed part over ``repeats`` calls, after one warm-up."""
-    setup, timed = change if isinstance(change, tuple) else (None, change)
+def measure(panel: WeightingPanel, name: str, control: str, values: tuple, repeats: int) -> float:
+    """Median ms of setting ``control`` to alternating ``values`` (a warm-up pair first)."""
+    widget = panel.controls[control]
     samples = []
-    for i in range(-1, repeats):
-        if setup is not None:
-            setup(i)
+    for i in range(-2, 2 * repeats):
+        if name.endswith("(first time)"):  # the other rollout-level setting's advantages are not computed yet
+            panel._analysis_cache.pop((panel._selection, not widget.value), None)
         start = time.perf_counter()
-        timed(i)
+        widget.value = values[i % 2]
         if i >= 0:
             samples.append(time.perf_counter() - start)
+        assert panel.error is None, panel.error
     return statistics.median(samples) * 1e3
 
 
-def stages(panel: WeightingPanel, repeats: int) -> dict[str, float]:
-    """Where the time of a selection change goes: the analysis (trainer steps 1–4 + weights + frames), the drawing."""
-    rows = panel._rows()
-    cfg = panel.cfg
-    out = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for levels, name in (((True,), "analysis, rollout-level on"), ((False,), "analysis, rollout-level off")):
-            out[name] = measure(lambda i, levels=levels: analyze_weighting(rows, cfg, rollout_levels=levels), repeats)
-        out["analysis, the full table (every catalogue mode x on/off)"] = measure(
-            lambda i: analyze_weighting(rows, cfg), repeats
-        )
-    for name, figure in panel.figures.items():
-
-        def redraw(i: int, figure=figure) -> None:
-            figure.drawn_for = None  # force this figure's redraw
-            panel.redraw()
-
-        out[f"redraw '{name}' figure"] = measure(redraw, repeats)
-    return out
+def measure_click(panel: WeightingPanel, repeats: int) -> float:
+    samples = []
+    for i in range(2 * repeats):
+        start = time.perf_counter()
+        panel.show_rollout(i)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1e3
 
 
 def main() -> None:
@@ -113,35 +115,36 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     knobs = SyntheticKnobs(n_prompts=args.prompts, rollouts_per_prompt=args.rollouts_per_prompt)
-    start = time.perf_counter()
-    rows, _ = synthetic_rows(knobs)
-    generate_ms = (time.perf_counter() - start) * 1e3
-    n_rollouts = knobs.n_prompts * knobs.rollouts_per_prompt
-
-    panels = {estimator: panel_for(estimator, knobs) for estimator in ESTIMATORS}
-    changes = {estimator: interactions(panel) for estimator, panel in panels.items()}
-    results = {estimator: {} for estimator in ESTIMATORS}
-    for name in changes[ESTIMATORS[0]]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        panels = {estimator: panel_for(estimator, knobs) for estimator in ESTIMATORS}
+    n_rows = len(panels[ESTIMATORS[0]].result.compact)
+    plan = changes(panels[ESTIMATORS[0]])
+    results: dict[str, dict[str, float]] = {name: {} for name in plan}
+    sent: dict[str, tuple[float, float]] = {}
+    for name, (control, values) in plan.items():
         for estimator in ESTIMATORS:  # round-robin, so drifts of the machine hit both alike
-            results[estimator][name] = measure(changes[estimator][name], args.repeats)
-    breakdown = {estimator: stages(panel, args.repeats) for estimator, panel in panels.items()}
+            SENT.update(messages=0, bytes=0)
+            results[name][estimator] = measure(panels[estimator], name, control, values, args.repeats)
+            if estimator == ESTIMATORS[0]:
+                calls = 2 * args.repeats + 2
+                sent[name] = (SENT["messages"] / calls, SENT["bytes"] / calls / 1e3)
+    results["click a rollout (its rows table)"] = {e: measure_click(panels[e], args.repeats) for e in ESTIMATORS}
+    sent["click a rollout (its rows table)"] = (1.0, float("nan"))
 
-    print(f"agl_lab {agl_lab.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(
-        f"batch: {len(rows)} rows from {n_rollouts} rollouts, response width {rows.batch['responses'].shape[1]}; "
-        f"median of {args.repeats} repeats per change"
-    )
-    width = max(len(name) for name in [*results[ESTIMATORS[0]], *breakdown[ESTIMATORS[0]]]) + 2
+    print(f"agl_lab {agl_lab.__version__}, torch {torch.__version__}; the panel computes on 1 torch thread")
+    print(f"batch: {n_rows} rows from {knobs.n_prompts * knobs.rollouts_per_prompt} rollouts; median of "
+          f"{2 * args.repeats} changes each; messages serialized as a kernel would")  # fmt: skip
+    width = max(len(name) for name in results) + 2
     header = "".join(f"{e:>18}" for e in ESTIMATORS)
-    print(f"\n{'panel change: recompute + redraw':<{width}}{header}   within {TARGET_MS:.0f} ms?")
-    for name in results[ESTIMATORS[0]]:
-        values = [results[e][name] for e in ESTIMATORS]
-        verdict = "/".join("yes" if v <= TARGET_MS else "no" for v in values)
-        print(f"  {name:<{width - 2}}" + "".join(f"{v:15.0f} ms" for v in values) + f"   {verdict}")
-    print(f"\n{'stages':<{width}}{header}")
-    for name in breakdown[ESTIMATORS[0]]:
-        print(f"  {name:<{width - 2}}" + "".join(f"{breakdown[e][name]:15.0f} ms" for e in ESTIMATORS))
-    print(f"  {'synthetic_rows: generate + aggregate':<{width - 2}}{generate_ms:15.0f} ms")
+    print(f"\n{'control change: recompute + redraw':<{width}}{header}   msgs   kB sent   within {TARGET_MS:.0f} ms?")
+    for name, values in results.items():
+        line = "".join(f"{values[e]:15.1f} ms" for e in ESTIMATORS)
+        messages, kilobytes = sent[name]
+        verdict = "yes" if values[ESTIMATORS[0]] <= TARGET_MS else "NO"
+        print(f"  {name:<{width - 2}}{line}   {messages:4.1f}  {kilobytes:8.0f}   {verdict}")
+    slowest = max(values[ESTIMATORS[0]] for values in results.values())
+    print(f"slowest control change: {slowest:.0f} ms at {n_rows} rows")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -160,22 +161,104 @@ def check_config_form(page: Page) -> None:
     page.locator(f"{PANEL} .jp-OutputArea .widget-checkbox").first.scroll_into_view_if_needed()
 
 
-def check_weighting_panel(page: Page) -> None:
-    """Choosing another loss mode in the live panel redraws its weighting plot (the image changes in place)."""
-    assert_panel_controls(page)
-    image = page.locator(f"{PANEL} .jp-OutputArea img.widget-image").first
-    image.scroll_into_view_if_needed()
-    before = image.get_attribute("src")
-    mode = page.locator(f"{PANEL} .jp-OutputArea .widget-dropdown select").filter(
-        has=page.locator("option", has_text="verl seq-mean-token-mean")
-    )
-    mode.first.select_option(label="verl seq-mean-token-mean")
+# Page coordinates of every point of a plotly trace, from plotly's own axes (WebGL traces have no SVG points), and
+# the index of the point farthest from all others: hover and click then reach that point and no other.
+POINTS_JS = """
+(gd, trace) => {
+  const L = gd._fullLayout, box = gd.getBoundingClientRect(), d = gd._fullData[trace];
+  const xa = L[(d.xaxis || 'x').replace('x', 'xaxis')], ya = L[(d.yaxis || 'y').replace('y', 'yaxis')];
+  const where = (t, i) => [box.left + xa._offset + xa.l2p(t.x[i]), box.top + ya._offset + ya.l2p(t.y[i])];
+  const all = [];
+  for (const t of gd._fullData.slice(0, 3)) for (let i = 0; i < t.x.length; i++) all.push(where(t, i));
+  let best = -1, index = 0;
+  for (let i = 0; i < d.x.length; i++) {
+    const [x, y] = where(d, i);
+    const nearest = Math.min(...all.map(([u, v]) => (u - x) ** 2 + (v - y) ** 2).filter(r => r > 0));
+    if (nearest > best) { best = nearest; index = i; }
+  }
+  const [x, y] = where(d, index);
+  return {x, y, index, text: d.hovertext[index]};
+}
+"""
+
+
+def plotly_graphs(page: Page):
+    """The weighting panel's plotly graphs (the first panel of the notebook): the bars, then the rollouts."""
+    graphs = page.locator(f"{PANEL} .jp-OutputArea .js-plotly-plot")
     page.wait_for_function(
-        "([el, before]) => el.getAttribute('src') !== before",
-        arg=[image.element_handle(), before],
-        timeout=30_000,
+        "(n) => document.querySelectorAll(n).length >= 2 && [...document.querySelectorAll(n)].slice(0, 2)"
+        ".every(gd => gd._fullData && gd._fullData.length > 0)",
+        arg=f"{PANEL} .jp-OutputArea .js-plotly-plot",
+        timeout=60_000,
     )
-    wait_idle(page)  # the mass figure redraws after the weights: leave no work behind for the next notebook
+    return graphs.nth(0), graphs.nth(1)
+
+
+def hover_label(page: Page, x: float, y: float, tries: int = 3) -> str:
+    """plotly's hover label at (x, y): the mouse first leaves the plot so no label from before is read."""
+    label = page.locator(".hoverlayer .hovertext")
+    for k in range(tries):
+        page.mouse.move(1, 1)
+        label.first.wait_for(state="detached", timeout=5_000)
+        page.mouse.move(x, y + 0.5 * k, steps=3)
+        try:
+            label.first.wait_for(state="attached", timeout=5_000)
+            return label.first.text_content()  # SVG text: inner_text does not apply
+        except PlaywrightTimeoutError:
+            continue
+    raise AssertionError(f"no hover label at ({x:.0f}, {y:.0f})")
+
+
+def timed_change(page: Page, control, graph, change) -> float:
+    """Milliseconds from the control's change event to the graph's next redraw, in the page's own clock."""
+    graph.evaluate(
+        """(gd) => { window.__change = {start: 0, end: 0};
+            gd.on('plotly_afterplot', () => { if (window.__change.start) window.__change.end = performance.now(); });
+        }"""
+    )
+    control.evaluate(
+        "(el) => el.addEventListener('change', () => { window.__change.start = performance.now(); }, {once: true})"
+    )
+    change()
+    page.wait_for_function("() => window.__change.end > window.__change.start && window.__change.start > 0")
+    return page.evaluate("() => window.__change.end - window.__change.start")
+
+
+def check_weighting_panel(page: Page) -> None:
+    """Hovering a rollout shows its details, clicking it lists its rows, a control change redraws the figures."""
+    assert_panel_controls(page)
+    bars, scatter = plotly_graphs(page)
+    scatter.scroll_into_view_if_needed()
+    point = scatter.evaluate(POINTS_JS, 0)
+    text = hover_label(page, point["x"], point["y"])
+    rollout_id = point["text"].split("rollout ", 1)[1].split("</b>", 1)[0]
+    for field in (f"rollout {rollout_id}", "uid", "rows", "kept", "tokens", "reward", "advantage", "weight", "mass"):
+        assert field in text, (field, text)
+    page.mouse.click(point["x"], point["y"])
+    table = page.locator(f"{PANEL} .panel-table table.rollout-rows[data-rollout='{rollout_id}']")
+    table.wait_for(state="visible", timeout=30_000)  # a round trip to the kernel
+    assert table.locator("tbody tr").count() >= 1
+    timings = {}
+    mode = (
+        page.locator(f"{PANEL} .jp-OutputArea .widget-dropdown select")
+        .filter(has=page.locator("option", has_text="verl seq-mean-token-mean"))
+        .first
+    )
+    before = scatter.evaluate("(gd) => Array.from(gd._fullData[0].y)")
+    timings["loss mode"] = timed_change(
+        page, mode, scatter, lambda: mode.select_option(label="verl seq-mean-token-mean")
+    )
+    after = scatter.evaluate("(gd) => Array.from(gd._fullData[0].y)")
+    assert after != before, "the rollouts' masses did not move with the loss mode"
+    table.wait_for(state="visible")  # the clicked rollout's rows stay listed, now under the new mode
+    cap = page.locator(f"{PANEL} .jp-OutputArea .widget-inline-hbox").filter(has_text="max_ppo_update_times").first
+    seed = page.locator(f"{PANEL} .jp-OutputArea .widget-inline-hbox").filter(has_text="seed").locator("input").first
+    timings["seed"] = timed_change(page, seed, bars, lambda: (seed.fill("3"), seed.press("Enter")))
+    assert cap.is_visible()
+    wait_idle(page)  # leave no work behind for the next notebook
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "01_browser_timings.json").write_text(json.dumps(timings, indent=1))
+    print("browser: ms from a control's change event to the figure redrawn:", timings)
     show_panel(page)  # the screenshot: the settings and the figures they drive
 
 

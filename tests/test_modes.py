@@ -1,9 +1,19 @@
 """The loss-mode catalogue: every entry complete, its settings select it in a composed config and back."""
 
+from pathlib import Path
+
 import pytest
 
 from agl_lab import LOSS_MODES, compose_config
-from agl_lab.config.modes import mode_from_config, mode_settings, trainable_modes
+from agl_lab.config.modes import (
+    DEPENDENCIES,
+    SPLITS,
+    mode_from_config,
+    mode_settings,
+    mode_table,
+    trainable_modes,
+    weighing_mode,
+)
 
 
 @pytest.mark.parametrize("mode", list(LOSS_MODES))
@@ -12,7 +22,7 @@ def test_every_entry_has_a_label_formula_source_and_weight_function(mode):
     assert entry.name == mode
     assert entry.label and "\n" not in entry.label  # one line: the panels and the CLI show it as it is
     assert entry.formula.startswith("w =")
-    assert entry.source.startswith("https://")
+    assert entry.source.startswith(("https://", "README.md#"))  # agl_lab's own mode: its README section
     assert callable(entry.weight)
 
 
@@ -33,3 +43,44 @@ def test_a_loss_the_catalogue_lacks_is_none():
 def test_unknown_mode_names_the_nearest():
     with pytest.raises(ValueError, match=r"unknown loss mode 'token_mean' \(did you mean 'token-mean'\?\)"):
         mode_settings("token_mean")
+
+
+def test_modes_agent_lightning_cannot_train_have_no_settings():
+    for name in ("trl:grpo", "trl:bnpo", "trl:dr_grpo", "trl:dapo", "skyrl:prompt_mean", "rollout_mean"):
+        assert not LOSS_MODES[name].trainable and name not in trainable_modes()
+        with pytest.raises(ValueError, match="is not one Agent Lightning's trainer can train with"):
+            mode_settings(name)
+
+
+@pytest.mark.parametrize("mode", list(LOSS_MODES))
+def test_every_entry_names_its_split_and_dependences_from_the_vocabulary(mode):
+    entry = LOSS_MODES[mode]
+    assert entry.split in SPLITS
+    assert set(entry.depends_on) <= set(DEPENDENCIES)
+    assert entry.scale
+
+
+@pytest.mark.parametrize(
+    ("dotlist", "expected"),
+    [
+        (["actor_rollout_ref.actor.policy_loss.loss_mode=gspo", "actor_rollout_ref.actor.loss_agg_mode=token-sum"],
+         "token-sum"),  # gspo aggregates through agg_loss
+        (["actor_rollout_ref.actor.policy_loss.loss_mode=sapo"], "sapo"),  # sapo forces its own aggregation
+        (["actor_rollout_ref.actor.policy_loss.loss_mode=geo_mean"], "geo_mean"),
+        (["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"], "token-mean"),
+        ([], "per_rollout_mean:rows"),
+    ],
+)  # fmt: skip
+def test_weighing_mode_of_a_config(dotlist, expected):
+    assert weighing_mode(compose_config(dotlist=dotlist)) == expected
+
+
+def test_a_loss_verl_lacks_weighs_as_nothing_known():
+    cfg = compose_config(dotlist=["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"])
+    cfg.actor_rollout_ref.actor.policy_loss.loss_mode = "my_loss"
+    assert weighing_mode(cfg) is None
+
+
+def test_the_readmes_mode_table_is_the_catalogues():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert mode_table() in readme, "README's mode table differs: paste agl_lab.config.modes.mode_table()"

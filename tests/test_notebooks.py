@@ -22,6 +22,13 @@ def test_notebooks_are_present():
     assert NOTEBOOKS, "notebooks/ holds no NN_topic.ipynb"
 
 
+def strip_anywidget_code(notebook) -> None:
+    """Drop the JavaScript anywidget keeps in each widget's saved state (``_esm``): plotly.js, once per figure."""
+    widgets = notebook.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    for model in widgets.get("state", {}).values():
+        model.get("state", {}).pop("_esm", None)
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_executes(path: Path, tmp_path: Path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
@@ -33,6 +40,10 @@ def test_notebook_executes(path: Path, tmp_path: Path, monkeypatch):
         str(path), str(output), parameters=parameters, kernel_name="python3", progress_bar=False, cwd=str(tmp_path)
     )
     executed = nbformat.read(output, as_version=4)
+    strip_anywidget_code(executed)
+    nbformat.write(executed, output)
+    # each plotly FigureWidget ships plotly.js (~5 MB) as its anywidget code; without it the notebook is small
+    assert output.stat().st_size < 5_000_000, f"{path.name} executes to {output.stat().st_size / 1e6:.1f} MB"
     errors = [
         o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"
     ]

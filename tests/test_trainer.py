@@ -125,6 +125,24 @@ def test_every_setting_combination_trains_and_logs_agent_lightnings_metrics(
     assert result.config.actor_rollout_ref.actor.policy_loss.loss_mode == loss_mode
 
 
+@pytest.mark.parametrize(
+    ("loss_mode", "scale"),
+    [
+        ("sapo", lambda trained: trained // MINI_ROWS),  # forces seq-mean-token-mean: each mini-batch's rows sum to 1
+        ("geo_mean", lambda trained: trained // 2),  # a mean over each micro-batch of 2 rows: 1 per micro-batch
+        ("gspo", lambda trained: trained // MINI_ROWS),  # through agg_loss with loss_agg_mode (token-mean)
+    ],
+)
+def test_the_loss_scale_of_losses_that_aggregate_their_own_way(tmp_path, loss_mode, scale):
+    cfg = tiny_cfg(tmp_path, f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}",
+                   "algorithm.enable_rollout_level_advantage=false")  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the doctor notes a loss outside Agent Lightning's pair
+        result = train(cfg, progress=False)
+    for record in lines(result.run_dir / "metrics.jsonl"):
+        assert record["lab/loss_scale"] == pytest.approx(scale(record["training/n_sample_trained"]), rel=1e-6)
+
+
 def test_the_update_changes_the_policy_and_the_checkpoint_reloads(tmp_path):
     cfg = tiny_cfg(tmp_path)
     result = train(cfg, progress=False)

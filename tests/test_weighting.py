@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
+from verl.utils.config import omega_conf_to_dataclass
 
 from agl_lab import LOSS_MODES, EmptyBatchWarning, compose_config, prepare_batch
-from agl_lab.config.modes import mode_settings
+from agl_lab.config.modes import mode_settings, trainable_modes
 from agl_lab.lab.examples import seed_example
 from agl_lab.lab.loss_scale import loss_scale
 from agl_lab.lab.weighting import analyze_weighting
@@ -72,6 +73,22 @@ SEED_WEIGHTS = {
     "seq-mean-token-sum-norm": ({"A": 1 / 3, "B": 1 / 3}, 2 / 3),
     # w = 1 per token: each rollout has 3 tokens
     "token-sum": ({"A": 3.0, "B": 3.0}, 6.0),
+    # sapo forces seq-mean-token-mean: each row 1/G = 1/3, A has two rows
+    "sapo": ({"A": 2 / 3, "B": 1 / 3}, 1.0),
+    # geo_mean: the mean over the micro-batch's B_μ = 3 rows (one micro-batch), D = 1: each row 1/3
+    "geo_mean": ({"A": 2 / 3, "B": 1 / 3}, 1.0),
+    # TRL grpo: per-row token mean over G = 3 rows, as seq-mean-token-mean
+    "trl:grpo": ({"A": 2 / 3, "B": 1 / 3}, 1.0),
+    # TRL bnpo: 1/(N_μ · M_b) = 1/(6 tokens · 1 micro-batch): each rollout 3/6
+    "trl:bnpo": ({"A": 1 / 2, "B": 1 / 2}, 1.0),
+    # TRL dr_grpo: 1/(G · H) = 1/(3 · 3): 3 tokens each → 1/3
+    "trl:dr_grpo": ({"A": 1 / 3, "B": 1 / 3}, 2 / 3),
+    # TRL dapo: 1/N_b = 1/6 per token
+    "trl:dapo": ({"A": 1 / 2, "B": 1 / 2}, 1.0),
+    # SkyRL prompt_mean: one prompt group of 6 tokens, P_b = 1 group: 1/6 per token
+    "skyrl:prompt_mean": ({"A": 1 / 2, "B": 1 / 2}, 1.0),
+    # rollout_mean, R = 2: A's rows (k = 2) of 2 and 1 tokens: 2·1/(2·2·2) + 1·1/(2·2·1) = 1/4 + 1/4; B: 3·1/(2·1·3)
+    "rollout_mean": ({"A": 1 / 2, "B": 1 / 2}, 1.0),
 }
 
 
@@ -192,47 +209,61 @@ def test_advantages_and_per_rollout_mean_masses_are_the_pipelines(plan, cap):
             np.testing.assert_allclose(mass.loc[kept["row"]], sums, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_masses_are_minus_the_gradient_of_the_registered_policy_loss(mode):
-    # The actual loss of each PPO mini-batch, as verl's actor computes it at ratio 1: its gradient w.r.t. each
-    # token's log-prob is −w·A, so a row's summed gradient is minus the row's mass.
+def verl_micro_batches(n_rows, *, mini_rows, dp, micro):
+    """Row indices of each micro-batch, as verl's actor update cuts a step: contiguous chunks per rank, each cut
+    into mini-batches of mini_rows / dp rows, those into micro-batches of `micro` rows. Yields (mini-batch, rows)."""
+    shard, local_mini = n_rows // dp, mini_rows // dp
+    micro = micro or local_mini
+    for rank in range(dp):
+        for b, start in enumerate(range(rank * shard, (rank + 1) * shard, local_mini)):
+            for first in range(start, start + local_mini, micro):
+                yield b, list(range(first, min(first + micro, start + local_mini)))
+
+
+@pytest.mark.parametrize(("dp", "micro"), [(1, None), (1, 1), (2, 1), (2, 2)])
+@pytest.mark.parametrize("mode", trainable_modes())
+def test_masses_are_minus_the_gradient_of_the_registered_policy_loss(mode, dp, micro):
+    # The loss the optimizer applies at ratio 1, as verl's engine computes it: the registry's loss on each
+    # micro-batch with global_batch_info of its mini-batch, micro-batch losses summed, gradients averaged over the
+    # dp ranks. Its gradient w.r.t. each token's log-prob is −w·A, so a row's summed gradient is minus its mass.
     rows = make_rows(
-        [("q0", "a", 1.0, [3, 1]), ("q0", "b", 0.0, [2]), ("q1", "c", 0.0, [1, 2, 2]), ("q1", "d", 1.0, [4])]
-    )
-    result, _ = analyze_weighting(rows, config(n=2, mini=1))
-    table = result.row_table(mode, rollout_level=True)
-    if mode.startswith("per_rollout_mean"):
-        batch, _ = prepare_batch(rows, config(n=2, mini=1, divisor=mode.split(":")[1]))  # normalized advantages
-        loss_fn, agg_mode = get_policy_loss_fn("per_rollout_mean"), "token-mean"  # the mode is ignored there
-    else:
-        batch, _ = prepare_batch(rows, config(n=2, mini=1, loss_mode="vanilla"))
-        loss_fn, agg_mode = get_policy_loss_fn("vanilla"), mode
+        [("q0", "a", 1.0, [3, 1]), ("q0", "b", 0.0, [2]), ("q1", "c", 0.0, [1, 2, 2]), ("q1", "d", 1.0, [4]),
+         ("q2", "e", 1.0, [2, 2]), ("q2", "f", 0.0, [1, 3, 1])]
+    )  # fmt: skip
+    keys = {**mode_settings(mode), "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro or 4 // dp}
+    cfg = copy.deepcopy(config(n=2, mini=2))  # mini-batches of 4 rows: 12 of the 13 rows are trained
+    for key, value in keys.items():
+        OmegaConf.update(cfg, key, value)
+    if micro is None:
+        cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu = None
+    result, _ = analyze_weighting(rows, cfg, dp_size=dp)
+    batch, _ = prepare_batch(rows, cfg)  # the trainer's advantages (normalized where the loss needs it)
+    actor_cfg = copy.deepcopy(cfg.actor_rollout_ref.actor)
+    actor_cfg.ppo_micro_batch_size_per_gpu = micro or 4 // dp
+    actor = omega_conf_to_dataclass(actor_cfg)
+    loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
     mask = batch.batch["response_mask"]
-    old = torch.randn(mask.shape, generator=torch.Generator().manual_seed(0))
-    gradient = torch.zeros(len(batch))
-    for start in range(0, len(batch), 2):  # mini-batches of 2 rows
-        part = slice(start, start + 2)
-        actor = OmegaConf.create(
-            {
-                "clip_ratio": 0.2,
-                "clip_ratio_low": None,
-                "clip_ratio_high": None,
-                "clip_ratio_c": 3.0,
-                "global_batch_info": {
-                    "dp_size": 1,
-                    "batch_num_tokens": int(mask[part].sum()),
-                    "global_batch_size": 2,
-                    "loss_scale_factor": mask.shape[-1],
-                },
-            }
-        )
+    old = torch.randn(mask.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    advantages = batch.batch["advantages"].double()
+    gradient = torch.zeros(len(batch), dtype=torch.float64)
+    for b, part in verl_micro_batches(len(batch), mini_rows=4, dp=dp, micro=micro):
+        mini_tokens = _mini_batch_tokens(mask, b, dp=dp)
+        actor.global_batch_info.update(dp_size=dp, batch_num_tokens=mini_tokens, global_batch_size=4,
+                                       loss_scale_factor=None)  # fmt: skip
         log_prob = old[part].clone().requires_grad_(True)
-        loss, _ = loss_fn(old[part], log_prob, batch.batch["advantages"][part], mask[part], agg_mode, actor)
+        loss, _ = loss_fn(old[part], log_prob, advantages[part], mask[part], actor.loss_agg_mode, actor)
         (grad,) = torch.autograd.grad(loss, log_prob)
-        gradient[part] = grad.sum(-1)
-    kept = table[table["fate"] == "kept"]  # 7 rows: the alignment drops one
-    assert len(kept) == len(batch) == 6
+        gradient[part] += grad.sum(-1) / dp
+    table = result.row_table(mode, rollout_level=True)
+    kept = table[table["fate"] == "kept"]
+    assert len(kept) == len(batch) == 12
     np.testing.assert_allclose(-gradient.numpy(), kept["mass"].to_numpy(), rtol=1e-5, atol=1e-7)
+
+
+def _mini_batch_tokens(mask, b, *, dp):
+    """Tokens of global mini-batch b: the b-th local mini-batch of every rank, all-reduced."""
+    shard, local = len(mask) // dp, 4 // dp
+    return int(sum(mask[r * shard + b * local : r * shard + (b + 1) * local].sum() for r in range(dp)))
 
 
 # --- properties on random batches --------------------------------------------------------------------------
@@ -262,6 +293,13 @@ def test_masses_sum_to_each_modes_total(result):
         "seq-mean-token-sum": kept["trainable_tokens"].sum() / 2,  # tokens / rows per mini-batch
         "per_rollout_mean:rows": n_rollouts / n_rows if n_rows else 0.0,  # v1.0: n_rollouts / n_rows
         "per_rollout_mean:rollouts": 1.0 if n_rows else 0.0,  # Eq. 16
+        "sapo": n_mb,  # seq-mean-token-mean's
+        "geo_mean": kept["micro_batch"].nunique(),  # each micro-batch's rows add up to 1 (D = 1)
+        "trl:grpo": n_mb,
+        "trl:bnpo": n_mb,  # each micro-batch 1/M_b
+        "trl:dapo": n_mb,
+        "skyrl:prompt_mean": n_mb,  # each group 1/P_b of its mini-batch
+        "rollout_mean": 1.0 if n_rows else 0.0,  # each rollout 1/R
     }
     for mode, value in expected.items():
         assert sum(weights(result, mode).values()) == pytest.approx(value), mode

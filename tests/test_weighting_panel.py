@@ -1,9 +1,15 @@
+"""The live weighting panel: what each control recomputes, what the figures receive, hover texts and the rows
+table of a clicked rollout, and the static image headless runs keep."""
+
+import json
 import re
 
+import comm
+import numpy as np
 import pandas as pd
 import pytest
 
-from agl_lab import compose_config
+from agl_lab import LOSS_MODES, compose_config
 from agl_lab.config.modes import mode_from_config
 from agl_lab.lab.batch_io import load_batch, sample_batch_path
 from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
@@ -11,72 +17,138 @@ from agl_lab.lab.weighting import analyze_weighting
 from agl_lab.ui.weighting_panel import WeightingPanel
 
 KNOBS = SyntheticKnobs(n_prompts=4, rollouts_per_prompt=4, break_prob=0.4, seed=5)
+SENT: list[dict] = []
+
+
+class RecordingComm(comm.base_comm.BaseComm):
+    """A kernel's comm without the socket: each message serialized as JSON, buffers checked contiguous."""
+
+    def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys):
+        for buffer in buffers or []:
+            assert memoryview(buffer).contiguous, "ipykernel refuses non-contiguous buffers"
+        SENT.append(json.loads(json.dumps(data or {}, default=str)))
 
 
 @pytest.fixture
-def panel():
-    return WeightingPanel(knobs=KNOBS, dpi=30)  # small images: the tests read the pixels' bytes, not the pixels
+def panel(monkeypatch):
+    monkeypatch.setattr(comm, "create_comm", lambda *a, **k: RecordingComm(*a, **k))
+    return WeightingPanel(knobs=KNOBS)
 
 
 def expected(panel, *, level=None):
     """The analysis the panel should show, computed directly from its widgets' values (as config overrides)."""
-    knobs = panel.knobs_from_widgets()
-    rows, _ = synthetic_rows(knobs)
+    rows, _ = synthetic_rows(panel.knobs_from_widgets())  # the full rows, through trace aggregation
     cfg = compose_config(overrides={"algorithm": {"adv_estimator": "grpo"}}, dotlist=panel.dotlist())
     level = panel.settings()["rollout_level"] if level is None else level
-    result, _ = analyze_weighting(rows, cfg, rollout_levels=(level,), seed=panel.settings()["seed"])
+    s = panel.settings()
+    result, _ = analyze_weighting(rows, cfg, rollout_levels=(level,), seed=s["seed"], dp_size=s["dp_size"])
     return result
 
 
-def images(panel):
-    return {name: bytes(figure.image.value) for name, figure in panel.figures.items()}
+def figure_updates():
+    """The plotly updates sent since the last call: one per figure update."""
+    keys = ("_py2js_update", "_py2js_relayout", "_py2js_restyle")
+    updates = [m["state"][k] for m in SENT for k in keys if m.get("state", {}).get(k)]
+    SENT.clear()
+    return updates
+
+
+def scatter_points(panel):
+    return {trace.name: (np.asarray(trace.x), np.asarray(trace.y)) for trace in panel.scatter.widget.data[:3]}
 
 
 def test_initial_panel_shows_the_direct_analysis(panel):
-    pd.testing.assert_frame_equal(panel.result.rollouts, expected(panel).rollouts)
-    assert all(value.startswith(b"\x89PNG") for value in images(panel).values())
+    # the panel's default estimator is grpo_vectorized on compact rows; the reference runs verl's grpo on full rows
+    pd.testing.assert_frame_equal(panel.result.rollouts, expected(panel).rollouts, rtol=1e-5)
+    assert panel.cfg.algorithm.adv_estimator == "grpo_vectorized"
     assert panel.error is None
     assert "PPO mini-batch = ppo_mini_batch_size × rollout.n = 4 rows" in panel.status.value  # 1 prompt × 4
+    # every rollout is one point: kept ones by reward, the rest at 0
+    n_points = sum(len(x) for x, _ in scatter_points(panel).values())
+    assert n_points == panel.result.rollout_groups.n_groups == 16
 
 
-def test_setting_the_cap_recomputes_the_table(panel):
-    before = images(panel)
+def test_a_mode_change_moves_the_points_and_the_shading_without_recomputing(panel):
+    result = panel.result
+    figure_updates()
+    panel.controls["mode"].value = "seq-mean-token-mean"
+    assert panel.result is result  # every mode was computed already
+    updates = figure_updates()
+    assert len(updates) == 2  # the shading (a relayout of the bars) and the scatter (one restyle)
+    view = result.view("seq-mean-token-mean", True)
+    points = scatter_points(panel)
+    kept = np.sort(np.concatenate([points["higher reward"][1], points["lower reward"][1]]))
+    np.testing.assert_allclose(kept, np.sort(view.mass[view.rows_kept > 0]))
+    customdata = np.concatenate([np.asarray(t.customdata) for t in panel.scatter.widget.data[:3]])
+    np.testing.assert_allclose(np.sort(customdata), np.sort(view.weight))  # the hover's weight
+    assert "seq-mean-token-mean" in panel.summary.value
+    assert mode_from_config(compose_config(dotlist=panel.dotlist())) == "seq-mean-token-mean"
+
+
+def test_hover_text_names_the_rollout_and_its_numbers(panel):
+    trace = panel.scatter.widget.data[0]
+    index = panel.scatter.members[0][0]
+    view = panel.result.view(panel.settings()["mode"], True)
+    text = trace.hovertext[0]
+    for part in (f"rollout {view.rollout_id[index]}", f"uid {view.uid[index]}", "rows ", "tokens ", "reward ",
+                 f"advantage {view.advantage[index]:.3g}", "kept"):  # fmt: skip
+        assert part in text, (part, text)
+    assert "weight %{customdata:.3g}" in trace.hovertemplate and "mass %{y:.3g}" in trace.hovertemplate
+
+
+def test_a_click_lists_the_rollouts_rows(panel):
+    view = panel.result.view(panel.settings()["mode"], True)
+    multi = int(np.flatnonzero(view.rows > 1)[0])  # a rollout split into several rows
+    table = panel.show_rollout(multi)
+    rollout_id = view.rollout_id[multi]
+    assert len(table) == view.rows[multi] and set(table["rollout_id"]) == {rollout_id}
+    assert f"data-rollout='{rollout_id}'" in panel.table.value
+    assert panel.table.value.count("<tr>") == view.rows[multi] + 1  # a header, then a line per row
+    np.testing.assert_allclose(table["weight"].sum(), view.weight[multi])
+    # the scatter's click handler reaches the same table: the trace's n-th point is its n-th member
+    pairs = zip(panel.scatter.widget.data, panel.scatter.members, strict=False)  # the 4th trace: column means
+    trace, point = next((t, len(m) - 1) for t, m in pairs if len(m))
+    rollout = panel.scatter.members[panel.scatter.GROUPS.index(trace.name)][point]
+    trace._dispatch_on_click(type("P", (), {"point_inds": [point], "trace_index": 0})(), None)  # noqa: SLF001
+    assert f"data-rollout='{view.rollout_id[rollout]}'" in panel.table.value
+
+
+def test_setting_the_cap_recomputes_and_redraws_both_figures(panel):
+    figure_updates()
     panel.controls["cap"].value = 1
     assert panel.settings()["max_ppo_update_times"] == 1
     assert "agentlightning.max_ppo_update_times=1" in panel.dotlist()
-    pd.testing.assert_frame_equal(panel.result.rollouts, expected(panel).rollouts)
+    pd.testing.assert_frame_equal(panel.result.rollouts, expected(panel).rollouts, rtol=1e-5)
     assert panel.result.totals["rows_kept"].unique().tolist() == [4]  # one mini-batch of 4 rows
-    after = images(panel)
-    assert after["weights"] != before["weights"] and after["cap"] != before["cap"]
-    assert after["rows"] == before["rows"]  # same batch: the histogram is not redrawn
+    assert len(figure_updates()) == 2  # bars and scatter, one message each
+    dropped = scatter_points(panel)["no row kept"][0]
+    assert len(dropped) == (panel.result.rows_kept == 0).sum() > 0
 
 
-def test_mini_batch_and_seed_change_which_rows_are_kept(panel):
-    panel.controls["cap"].value = 2
-    panel.controls["ppo_mini_batch_size"].value = 2
-    pd.testing.assert_frame_equal(panel.result.rows, expected(panel).rows)
-    assert (panel.result.rows["fate"] == "kept").sum() == 16  # 2 mini-batches of 2 prompts × 4 rows
-    first = panel.result.rows["fate"].tolist()
-    panel.controls["seed"].value = 11  # a new seed: another batch, and other rows dropped
-    pd.testing.assert_frame_equal(panel.result.rows, expected(panel).rows)
-    assert panel.result.rows["fate"].tolist() != first
+def test_micro_batch_and_dp_controls_move_geo_mean(panel):
+    panel.controls["ppo_mini_batch_size"].value = 2  # 8 rows per mini-batch
+    panel.controls["mode"].value = "geo_mean"
+    whole = panel.result.rollout_weight("geo_mean").sum()
+    panel.controls["micro"].value = 2  # 4 micro-batches per mini-batch: each adds up to 1
+    assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2" in panel.dotlist()
+    assert panel.result.rollout_weight("geo_mean").sum() == pytest.approx(4 * whole, rel=1e-6)
+    panel.controls["dp_size"].value = 2  # gradients averaged over 2 ranks: half
+    assert panel.result.rollout_weight("geo_mean").sum() == pytest.approx(2 * whole, rel=1e-6)
+    pd.testing.assert_frame_equal(panel.result.rollouts, expected(panel).rollouts, rtol=1e-5)
 
 
-def test_changing_the_loss_mode_redraws_two_figures_without_recomputing(panel):
-    result, before = panel.result, images(panel)
-    panel.controls["mode"].value = "seq-mean-token-mean"
-    assert panel.result is result  # all modes were computed already
-    after = images(panel)
-    assert {name for name in after if after[name] != before[name]} == {"weights", "mass"}
-    assert "seq-mean-token-mean" in panel.summary.value
-    assert mode_from_config(compose_config(dotlist=panel.dotlist())) == "seq-mean-token-mean"
+def test_a_mode_agent_lightning_cannot_train_is_shown_but_left_out_of_the_overrides(panel):
+    panel.controls["mode"].value = "trl:dr_grpo"
+    assert not LOSS_MODES["trl:dr_grpo"].trainable
+    assert not any("loss_mode" in line or "loss_agg_mode" in line for line in panel.dotlist())
+    assert "not trainable in Agent Lightning's trainer" in panel.summary.value
 
 
 def test_rollout_level_toggle_shows_the_other_advantage(panel):
     on = panel.result
     panel.controls["rollout_level"].value = False
     assert set(panel.result.rollouts["rollout_level"]) == {False}
-    pd.testing.assert_frame_equal(panel.result.rollouts, expected(panel).rollouts)
+    pd.testing.assert_frame_equal(panel.result.rollouts, expected(panel).rollouts, rtol=1e-5)
     assert "algorithm.enable_rollout_level_advantage=false" in panel.dotlist()
     panel.controls["rollout_level"].value = True
     assert panel.result is on  # cached: toggling back recomputes nothing
@@ -89,7 +161,7 @@ def test_generator_knobs_regenerate_the_batch(panel):
     panel.controls["calls"].value = "fixed"
     panel.controls["max_calls"].value = 2
     assert set(panel.result.rows["rows_in_rollout"]) == {2}  # 2 calls, one row each
-    pd.testing.assert_frame_equal(panel.result.rollouts, expected(panel).rollouts)
+    pd.testing.assert_frame_equal(panel.result.rollouts, expected(panel).rollouts, rtol=1e-5)
 
 
 def test_out_of_range_values_are_clamped_where_they_are_typed(panel):
@@ -104,11 +176,12 @@ def test_out_of_range_values_are_clamped_where_they_are_typed(panel):
 
 
 def test_a_refused_combination_is_shown_in_red_and_the_last_result_stays(panel):
-    result, before = panel.result, images(panel)
+    result = panel.result
+    figure_updates()
     panel.controls["min_tokens"].value = 40  # above max_tokens (32)
     assert panel.error == "SyntheticKnobs.min_tokens (40) must be <= max_tokens (32)"
     assert "Refused:" in panel.status.value and "#b00020" in panel.status.value
-    assert panel.result is result and images(panel) == before
+    assert panel.result is result and figure_updates() == []
     with pytest.raises(ValueError, match=re.escape("min_tokens (40) must be <= max_tokens (32)")):
         panel.recompute()
     panel.controls["max_tokens"].value = 48
@@ -121,9 +194,15 @@ def test_a_mini_batch_larger_than_the_batch_warns_and_trains_nothing(panel):
     assert (panel.result.totals["rows_kept"] == 0).all()
 
 
+def test_headless_runs_keep_a_static_image(panel):
+    data, _ = panel._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in data
+    assert data["image/png"].startswith("iVBORw0KGgo")  # base64 of a PNG header
+
+
 def test_panel_on_a_loaded_batch_has_no_generator_knobs():
     rows = load_batch(sample_batch_path())
-    panel = WeightingPanel(rows=rows, dpi=30)
+    panel = WeightingPanel(rows=rows)
     assert "n_prompts" not in panel.controls and "seed" in panel.controls
     assert panel.rollouts_per_prompt == 4  # 12 prompts × 4 rollouts
     assert len(panel.result.rows) == len(rows) == 81

@@ -1,11 +1,14 @@
-"""The loss-mode catalogue: every normalization agl_lab can weigh, with the config keys that select it.
+"""The loss-mode catalogue: the normalizations the field uses, with what each weighs and how to select it.
 
-A *loss mode* is how a PPO mini-batch's loss adds up its tokens' policy-gradient terms, which decides how much
-each rollout weighs. Each :class:`LossMode` has its name (``token-mean``, ``per_rollout_mean:rows``, …), a
-one-line label (the one the panels, the CLI and the figures show), the per-token weight formula, its source,
-the function computing the weights (:mod:`agl_lab.core.weights`), and the config keys that select it in
-Agent Lightning's trainer (none for a mode the trainer cannot run). Adding a mode is one entry here plus its
-weight function. Exported as ``agl_lab.LOSS_MODES``. Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
+A *loss mode* is how an optimizer step's loss adds up its tokens' policy-gradient terms, which decides how much
+each rollout weighs. Each :class:`LossMode` has its name (``token-mean``, ``per_rollout_mean:rows``,
+``trl:dr_grpo``, …), a one-line label (the one panels, the CLI and figures show), the per-token weight formula and
+the batch's loss scale, its source (the project's documentation), the function computing the weights
+(:mod:`agl_lab.core.weights`), what splitting a rollout into k rows does to it, what else its weights depend on,
+and the config keys that select it in Agent Lightning's trainer (none for a mode it cannot train with: TRL's,
+SkyRL's and ``rollout_mean``). Adding a mode is one entry here plus its weight function. Exported as
+``agl_lab.LOSS_MODES``; ``lab.normalizations`` measures the split and dependence claims on the weight functions
+and the tests hold them equal. Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
 """
 
 from __future__ import annotations
@@ -21,13 +24,56 @@ from omegaconf import DictConfig, OmegaConf
 from agl_lab.core import weights
 from agl_lab.core.loss import PER_ROLLOUT_MEAN_LOSS_MODE
 
-__all__ = ["LOSS_MODES", "LossMode", "mode_from_config", "mode_settings", "trainable_modes"]
+__all__ = [
+    "AGG_LOSS_POLICY_LOSSES",
+    "DEPENDENCIES",
+    "LOSS_MODES",
+    "SPLITS",
+    "LossMode",
+    "mode_from_config",
+    "mode_settings",
+    "mode_table",
+    "trainable_modes",
+    "weighing_mode",
+]
 
 _LOSS_MODE_KEY = "actor_rollout_ref.actor.policy_loss.loss_mode"
 _AGG_KEY = "actor_rollout_ref.actor.loss_agg_mode"
 _DIVISOR_KEY = "lab.per_rollout_divisor"
-_VERL_AGG = "https://github.com/volcengine/verl/blob/v0.9.1/verl/trainer/ppo/core_algos.py (agg_loss)"
-_AGL = "https://github.com/microsoft/agent-lightning/blob/main/agentlightning/verl/per_rollout_loss.py"
+_VERL_CODE = "https://github.com/volcengine/verl/blob/v0.9.1/verl/trainer/ppo/core_algos.py"
+_VERL_GRPO = "https://verl.readthedocs.io/en/latest/algo/grpo.html"
+_VERL_DAPO = "https://verl.readthedocs.io/en/latest/algo/dapo.html"
+_AGL = "https://microsoft.github.io/agent-lightning/stable/4-trainer-configuration/"
+_TRL = "https://huggingface.co/docs/trl/main/en/grpo_trainer#loss-types"
+_SKYRL = "https://docs.skyrl.ai/docs/api-ref/skyrl/config"
+_AGL_LAB = "README.md#the-fields-normalizations"  # agl_lab's own definition
+
+# What splitting one rollout's tokens into k rows does to its weight.
+SPLITS = {
+    "k times": "a rollout split into k rows weighs k times what it weighs as one row",
+    "by tokens": "a rollout weighs by its tokens, however many rows it became",
+    "by micro-batch tokens": "a rollout weighs by its tokens' shares of the micro-batches its rows land in",
+    "equal": "every rollout weighs the same, however many rows or tokens",
+}
+# What else a rollout's weight can move with, the rollout itself and the config's constants held fixed.
+DEPENDENCIES = ("batch composition", "micro-batch size", "dp size")
+
+# verl 0.9.1 registry entries that aggregate through agg_loss with the configured loss_agg_mode, so at ratio 1 they
+# weigh like that mode (clip_cov also zeroes max(1, ⌊clip_cov_ratio·N_μ⌋) random tokens per micro-batch;
+# bypass_mode multiplies by its rejection mask; every one by rollout_is_weights when the trainer passes them).
+# sapo and geo_mean aggregate their own way and have catalogue entries; per_rollout_mean is Agent Lightning's.
+AGG_LOSS_POLICY_LOSSES = (
+    "vanilla",
+    "dppo_tv",
+    "dppo_kl",
+    "gspo",
+    "gpg",
+    "clip_cov",
+    "kl_cov",
+    "dro",
+    "cispo",
+    "bypass_mode",
+)
 
 
 @dataclass(frozen=True)
@@ -37,9 +83,12 @@ class LossMode:
     name: str
     label: str  # short, one line: what every panel, figure and the CLI show
     family: str  # who defines it
-    formula: str  # the per-token weight w = ∂L/∂ℓ (see agl_lab.core.weights for the symbols)
-    source: str  # documentation or code
+    formula: str  # the per-token weight w = −∂L/∂log π ÷ A (symbols: agl_lab.core.weights)
+    scale: str  # the batch's loss scale: Σ w over the step's trained tokens
+    source: str  # the project's documentation (or code where the docs are silent)
     weight: Callable[[weights.TokenLayout], np.ndarray] = field(repr=False)
+    split: str = "by tokens"  # one of SPLITS
+    depends_on: tuple[str, ...] = ()  # of DEPENDENCIES
     settings: Mapping[str, Any] = field(default_factory=dict)  # dotted config keys → values; empty: not trainable
 
     @property
@@ -48,61 +97,64 @@ class LossMode:
         return bool(self.settings)
 
 
-def _verl(name: str, label: str, formula: str, weight) -> LossMode:
+def _verl(name: str, formula: str, scale: str, weight, source: str, **kw) -> LossMode:
+    settings = {_LOSS_MODE_KEY: "vanilla", _AGG_KEY: name}
+    return LossMode(name, f"verl {name}", "verl loss_agg_mode", formula, scale, source, weight, settings=settings, **kw)
+
+
+def _verl_loss(name: str, label: str, formula: str, scale: str, weight, line: int, **kw) -> LossMode:
+    settings = {_LOSS_MODE_KEY: name}
+    source = f"{_VERL_CODE}#L{line}"
+    return LossMode(name, label, "verl policy loss", formula, scale, source, weight, settings=settings, **kw)
+
+
+def _per_rollout(divisor: str, label: str, formula: str, scale: str, weight) -> LossMode:
+    settings = {_LOSS_MODE_KEY: PER_ROLLOUT_MEAN_LOSS_MODE, _DIVISOR_KEY: divisor}
+    name = f"{PER_ROLLOUT_MEAN_LOSS_MODE}:{divisor}"
     return LossMode(
-        name, label, "verl loss_agg_mode", formula, _VERL_AGG, weight, {_LOSS_MODE_KEY: "vanilla", _AGG_KEY: name}
+        name, label, "Agent Lightning", formula, scale, _AGL, weight, "equal", ("batch composition",), settings
     )
 
 
-def _per_rollout(divisor: str, label: str, formula: str, weight) -> LossMode:
-    return LossMode(
-        f"{PER_ROLLOUT_MEAN_LOSS_MODE}:{divisor}",
-        label,
-        "Agent Lightning",
-        formula,
-        _AGL,
-        weight,
-        {_LOSS_MODE_KEY: PER_ROLLOUT_MEAN_LOSS_MODE, _DIVISOR_KEY: divisor},
-    )
+def _other(name: str, label: str, family: str, formula: str, scale: str, source: str, weight, **kw) -> LossMode:
+    return LossMode(name, label, family, formula, scale, source, weight, **kw)
 
 
+_COMPOSITION, _MICRO, _DP = DEPENDENCIES
+
+# fmt: off
 LOSS_MODES: dict[str, LossMode] = {
     m.name: m
     for m in (
-        _per_rollout(
-            "rows",
-            "per_rollout_mean ÷ rows (Agent Lightning v1.0)",
-            "w = 1 / (T · N): rollout tokens × trained rows",
-            weights.per_rollout_mean_rows,
-        ),
-        _per_rollout(
-            "rollouts",
-            "per_rollout_mean ÷ rollouts (Eq. 16)",
-            "w = 1 / (T · R): rollout tokens × trained rollouts",
-            weights.per_rollout_mean_rollouts,
-        ),
-        _verl("token-mean", "verl token-mean", "w = 1 / N_b: tokens in the mini-batch", weights.token_mean),
-        _verl(
-            "seq-mean-token-sum",
-            "verl seq-mean-token-sum",
-            "w = 1 / G: rows per mini-batch",
-            weights.seq_mean_token_sum,
-        ),
-        _verl(
-            "seq-mean-token-mean",
-            "verl seq-mean-token-mean",
-            "w = 1 / (n · G): row tokens × rows per mini-batch",
-            weights.seq_mean_token_mean,
-        ),
-        _verl(
-            "seq-mean-token-sum-norm",
-            "verl seq-mean-token-sum-norm",
-            "w = 1 / (G · H): rows per mini-batch × loss_scale_factor (or response width)",
-            weights.seq_mean_token_sum_norm,
-        ),
-        _verl("token-sum", "verl token-sum", "w = 1", weights.token_sum),
+        _per_rollout("rows", "per_rollout_mean ÷ rows (Agent Lightning v1.0)", "w = 1 / (T · N)", "R / N",
+                     weights.per_rollout_mean_rows),
+        _per_rollout("rollouts", "per_rollout_mean ÷ rollouts (Eq. 16)", "w = 1 / (T · R)", "1",
+                     weights.per_rollout_mean_rollouts),
+        _verl("token-mean", "w = 1 / N_b", "mini-batches", weights.token_mean, _VERL_DAPO,
+              depends_on=(_COMPOSITION, _DP)),
+        _verl("seq-mean-token-sum", "w = 1 / G", "tokens / G", weights.seq_mean_token_sum, f"{_VERL_CODE}#L1140"),
+        _verl("seq-mean-token-mean", "w = 1 / (n · G)", "rows / G", weights.seq_mean_token_mean, _VERL_GRPO,
+              split="k times"),
+        _verl("seq-mean-token-sum-norm", "w = 1 / (G · H)", "tokens / (G · H)", weights.seq_mean_token_sum_norm,
+              _VERL_GRPO),
+        _verl("token-sum", "w = 1", "tokens", weights.token_sum, f"{_VERL_CODE}#L1140"),
+        _verl_loss("sapo", "verl sapo (forces seq-mean-token-mean)", "w = 1 / (n · G)", "rows / G", weights.sapo,
+                   1622, split="k times"),
+        _verl_loss("geo_mean", "verl geo_mean (mean over micro-batch rows)", "w = 1 / (n · B_μ · D)",
+                   "micro-batches / D", weights.geo_mean, 1928, split="k times", depends_on=(_MICRO, _DP)),
+        _other("trl:grpo", "TRL grpo", "TRL", "w = 1 / (n · G)", "rows / G", _TRL, weights.trl_grpo, split="k times"),
+        _other("trl:bnpo", "TRL bnpo", "TRL", "w = 1 / (N_μ · M_b)", "mini-batches", _TRL, weights.trl_bnpo,
+               split="by micro-batch tokens", depends_on=(_COMPOSITION, _MICRO)),
+        _other("trl:dr_grpo", "TRL dr_grpo", "TRL", "w = 1 / (G · H)", "tokens / (G · H)", _TRL, weights.trl_dr_grpo),
+        _other("trl:dapo", "TRL dapo (TRL's default)", "TRL", "w = 1 / N_b", "mini-batches", _TRL, weights.trl_dapo,
+               depends_on=(_COMPOSITION, _DP)),
+        _other("skyrl:prompt_mean", "SkyRL prompt_mean", "SkyRL", "w = 1 / (P_b · T_p)", "mini-batches", _SKYRL,
+               weights.skyrl_prompt_mean, depends_on=(_COMPOSITION, _DP)),
+        _other("rollout_mean", "rollout_mean (mean over rollouts of row means)", "agl_lab", "w = 1 / (R · k · n)", "1",
+               _AGL_LAB, weights.rollout_mean, split="equal", depends_on=(_COMPOSITION,)),
     )
 }
+# fmt: on
 
 
 def mode_settings(mode: str) -> dict[str, Any]:
@@ -114,7 +166,7 @@ def mode_settings(mode: str) -> dict[str, Any]:
 
 
 def mode_from_config(cfg: DictConfig) -> str | None:
-    """The catalogue mode a composed config trains with, or None when no entry matches (say, ``gspo``)."""
+    """The catalogue mode a composed config selects, or None when no entry's keys match (say, ``gspo``)."""
     for name, entry in LOSS_MODES.items():
         if entry.trainable and all(
             OmegaConf.select(cfg, key, default=None) == value for key, value in entry.settings.items()
@@ -123,9 +175,38 @@ def mode_from_config(cfg: DictConfig) -> str | None:
     return None
 
 
+def weighing_mode(cfg: DictConfig) -> str | None:
+    """The catalogue mode whose weights the config's policy loss has at ratio 1, or None for a loss verl's
+    registry lacks. A catalogue entry's own loss gives that entry; a registry loss that aggregates through
+    ``agg_loss`` (``gspo``, ``cispo``, …: :data:`AGG_LOSS_POLICY_LOSSES`) weighs like its ``loss_agg_mode``."""
+    own = mode_from_config(cfg)
+    if own is not None:
+        return own
+    loss_mode = OmegaConf.select(cfg, _LOSS_MODE_KEY, default=None)
+    agg_mode = OmegaConf.select(cfg, _AGG_KEY, default=None)
+    if loss_mode in AGG_LOSS_POLICY_LOSSES and agg_mode in LOSS_MODES:
+        return str(agg_mode)
+    return None
+
+
 def trainable_modes() -> list[str]:
     """The catalogue modes a training run can use, in catalogue order."""
     return [name for name, entry in LOSS_MODES.items() if entry.trainable]
+
+
+def mode_table() -> str:
+    """The catalogue as a Markdown table (the README's mode table is this, pinned by a test)."""
+    lines = [
+        "| mode | what it is | per-token weight | batch loss scale | a rollout split into k rows | also depends on "
+        "| trainable with |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, m in LOSS_MODES.items():
+        keys = " ".join(f"`{k.rsplit('.', 1)[-1]}={v}`" for k, v in m.settings.items()) or "—"
+        depends = ", ".join(m.depends_on) or "—"
+        label = f"[{m.label}]({m.source})"
+        lines.append(f"| `{name}` | {label} | `{m.formula}` | {m.scale} | {m.split} | {depends} | {keys} |")
+    return "\n".join(lines)
 
 
 def _entry(mode: str) -> LossMode:

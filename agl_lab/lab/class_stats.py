@@ -15,14 +15,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from agl_lab.core.groups import RolloutGroups
 from agl_lab.core.pipeline import FATES
 
 __all__ = [
     "MAX_CLASS",
     "ClassWeights",
+    "class_weights",
+    "fate_counts",
     "fates_by_class",
     "partially_dropped_rollouts",
     "row_classes",
+    "size_counts",
     "weights_by_class",
 ]
 
@@ -56,26 +60,72 @@ def weights_by_class(rollouts: pd.DataFrame, modes: Sequence[str] | None = None)
     level = rollouts["rollout_level"].iloc[0] if len(rollouts) else True
     batch = rollouts[rollouts["rollout_level"].to_numpy() == level]
     modes = list(modes) if modes is not None else list(batch["mode"].unique())
-    sizes, labels = row_classes(batch["rows"].to_numpy())
+    n = int((batch["mode"] == modes[0]).sum()) if modes else 0
+    pick = [batch[batch["mode"].to_numpy() == mode] for mode in modes]
+    relative = np.stack([p["relative_weight"].to_numpy() for p in pick]) if modes else np.zeros((0, n))
+    weight = np.stack([p["weight"].to_numpy() for p in pick]) if modes else np.zeros((0, n))
+    rows = pick[0]["rows"].to_numpy() if modes else np.zeros(0, dtype=int)
+    rows_kept = pick[0]["rows_kept"].to_numpy() if modes else np.zeros(0, dtype=int)
+    return class_weights(rows, rows_kept, relative, weight, modes)
+
+
+def class_weights(
+    rows: np.ndarray, rows_kept: np.ndarray, relative: np.ndarray, weight: np.ndarray, modes: Sequence[str]
+) -> ClassWeights:
+    """The per-class statistics from arrays: ``rows``/``rows_kept`` (rollouts,) as aggregated and as kept,
+    ``relative``/``weight`` (modes, rollouts). Classes run 1..the largest rollout as aggregated.
+
+    Percentiles are numpy's linear ones, computed for every (class, mode) at once from one sort.
+    """
+    modes = list(modes)
+    sizes, labels = row_classes(rows)
     classes = np.arange(1, sizes.max(initial=1) + 1)
-    mode_code = pd.Categorical(batch["mode"], categories=modes).codes  # (n,), -1 for a mode not asked for
-    trained = (batch["rows_kept"].to_numpy() > 0) & (mode_code >= 0)
-    row_class = np.minimum(batch["rows_kept"].to_numpy()[trained], MAX_CLASS)
-    # one sort for every (class, mode) group, not a pandas groupby: a third of the panel's redraw budget otherwise
-    key = (row_class - 1) * len(modes) + mode_code[trained]
-    order = np.argsort(key, kind="stable")
-    key, values = key[order], batch["relative_weight"].to_numpy()[trained][order]
-    groups = np.arange(len(classes) * len(modes))
-    starts, ends = np.searchsorted(key, groups), np.searchsorted(key, groups, side="right")
+    trained = rows_kept > 0
+    row_class = np.minimum(rows_kept[trained], MAX_CLASS) - 1  # (trained,)
+    # modes that weigh alike (token-mean and TRL's dapo, …) share one computation
+    firsts: dict[bytes, int] = {}
+    of_mode = np.array([firsts.setdefault(row.tobytes(), i) for i, row in enumerate(relative[:, trained])], dtype=int)
+    distinct = np.unique(of_mode)
+    values = relative[distinct][:, trained]  # (distinct modes, trained)
+    n_classes, n_distinct = len(classes), len(distinct)
+    key = (row_class[None, :] * n_distinct + np.arange(n_distinct)[:, None]).ravel()  # (distinct · trained,)
+    flat = np.nan_to_num(values.ravel(), nan=0.0)
+    # by group, then by value, in one float argsort: the group in the integer part, the value's place in [0, 1)
+    scale = max(float(np.abs(flat).max(initial=0.0)) * 2.0, 1e-300)
+    order = np.argsort(key + 0.5 + flat / scale)
+    key, flat = key[order], flat[order]
+    groups = np.arange(n_classes * n_distinct)
+    starts, counts = np.searchsorted(key, groups), np.bincount(key, minlength=len(groups))
     stats = np.full((3, len(groups)), np.nan)  # mean, 10th, 90th percentile
-    for g in np.flatnonzero(ends > starts):
-        part = values[starts[g] : ends[g]]
-        stats[:, g] = part.mean(), *np.quantile(part, (0.1, 0.9))
-    mean, low, high = stats.reshape(3, len(classes), len(modes))
-    weight = batch["weight"].to_numpy()[trained]
-    totals = np.bincount(mode_code[trained], weights=weight, minlength=len(modes))[: len(modes)]
-    n_rollouts = int((mode_code[trained] == 0).sum())
-    return ClassWeights(modes, classes, labels, mean, low, high, totals, n_rollouts)
+    alive = counts > 0
+    sums = np.bincount(key, weights=flat, minlength=len(groups))
+    stats[0, alive] = sums[alive] / counts[alive]
+    for row, q in ((1, 0.1), (2, 0.9)):
+        position = starts[alive] + q * (counts[alive] - 1)  # numpy's "linear" percentile position
+        low = np.floor(position).astype(np.int64)
+        high = np.minimum(low + 1, starts[alive] + counts[alive] - 1)
+        stats[row, alive] = flat[low] + (position - low) * (flat[high] - flat[low])
+    column = np.searchsorted(distinct, of_mode)  # (modes,) each mode's distinct column
+    stats = stats.reshape(3, n_classes, n_distinct)[:, :, column]  # (3, classes, modes)
+    n_modes = len(modes)
+    mean, low, high = stats
+    totals = weight[:, trained].sum(axis=1) if n_modes else np.zeros(0)
+    return ClassWeights(modes, classes, labels, mean, low, high, totals, int(trained.sum()))
+
+
+def size_counts(sizes: np.ndarray, reward: np.ndarray) -> np.ndarray:
+    """(2, largest rollout) rollouts per row count (as aggregated): higher reward, lower reward (the midpoint split)."""
+    higher = reward >= (reward.min() + reward.max()) / 2 if len(reward) else np.zeros(0, bool)
+    length = int(sizes.max(initial=1))
+    return np.stack([np.bincount(sizes[g] - 1, minlength=length) for g in (higher, ~higher)])
+
+
+def fate_counts(rollouts: RolloutGroups, fate: np.ndarray) -> np.ndarray:
+    """(fates, classes) rows per fate (``FATES`` order) and rows-per-rollout class (as aggregated, 6+ pooled)."""
+    classes = np.minimum(rollouts.sizes[rollouts.codes], MAX_CLASS) - 1  # (rows,)
+    codes = sum(i * (fate == name) for i, name in enumerate(FATES))  # (rows,) index into FATES
+    n_classes = int(classes.max(initial=0)) + 1
+    return np.bincount(codes * n_classes + classes, minlength=len(FATES) * n_classes).reshape(len(FATES), n_classes)
 
 
 def fates_by_class(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:

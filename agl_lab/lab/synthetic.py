@@ -30,7 +30,16 @@ from agl_lab.core.advantage import rollout_level_metrics
 from agl_lab.core.aggregation import TRACE_LEVELS, LLMCall, Rollout, aggregate
 from agl_lab.core.rows import group_rows
 
-__all__ = ["CALL_PATTERNS", "SyntheticKnobs", "knob_range", "synthetic_history", "synthetic_rollouts", "synthetic_rows"]
+__all__ = [
+    "CALL_PATTERNS",
+    "SyntheticDraws",
+    "SyntheticKnobs",
+    "knob_range",
+    "synthetic_draws",
+    "synthetic_history",
+    "synthetic_rollouts",
+    "synthetic_rows",
+]
 
 CALL_PATTERNS = ("fixed", "uniform", "geometric", "success")
 
@@ -107,17 +116,11 @@ def synthetic_rollouts(knobs: SyntheticKnobs | None = None) -> list[Rollout]:
     Rollout ids are ``"p{prompt}/r{k}"`` and data ids ``"p{prompt}"``. A success has reward 1.0.
     """
     knobs = knobs or SyntheticKnobs()
-    rng = np.random.default_rng(knobs.seed)
-    n_rollouts = knobs.n_prompts * knobs.rollouts_per_prompt
-    success = rng.random(n_rollouts) < knobs.success_prob  # (rollouts,)
-    rewards = np.where(success, 1.0, knobs.partial_credit * rng.random(n_rollouts))  # (rollouts,)
-    n_calls = _call_counts(knobs, success, rng)  # (rollouts,)
-    total_calls = int(n_calls.sum())
-    response_lens = rng.integers(knobs.min_tokens, knobs.max_tokens + 1, total_calls)  # (calls,)
-    breaks = rng.random(total_calls) < knobs.break_prob  # (calls,); ignored on each rollout's first call
-    response_ids = rng.integers(*_RESPONSE_IDS, int(response_lens.sum())).tolist()
-    observation_ids = rng.integers(*_OBSERVATION_IDS, total_calls * knobs.observation_tokens).tolist()
-    task_prompts = rng.integers(*_TASK_IDS, (knobs.n_prompts, knobs.prompt_tokens)).tolist()
+    draws = synthetic_draws(knobs)
+    n_rollouts, rewards, n_calls = len(draws.rewards), draws.rewards, draws.n_calls
+    response_lens, breaks = draws.response_lens, draws.breaks
+    response_ids, observation_ids = draws.response_ids.tolist(), draws.observation_ids.tolist()
+    task_prompts = draws.task_prompts.tolist()
 
     rollouts = []
     call = token = 0
@@ -144,6 +147,37 @@ def synthetic_rollouts(knobs: SyntheticKnobs | None = None) -> list[Rollout]:
             Rollout(rollout_id=f"p{prompt_index}/r{k}", data_id=f"p{prompt_index}", calls=calls, reward=rewards[index])
         )
     return rollouts
+
+
+@dataclass(frozen=True)
+class SyntheticDraws:
+    """The generator's random draws for ``knobs``, in the order it draws them (token ids only when asked)."""
+
+    rewards: np.ndarray  # (rollouts,) 1.0 on success, else partial credit
+    n_calls: np.ndarray  # (rollouts,) LLM calls of each rollout
+    response_lens: np.ndarray  # (calls,) response tokens of each call
+    breaks: np.ndarray  # (calls,) bool: the call rewrites its context (ignored on a rollout's first call)
+    response_ids: np.ndarray | None = None  # (Σ response_lens,)
+    observation_ids: np.ndarray | None = None  # (calls × observation_tokens,)
+    task_prompts: np.ndarray | None = None  # (prompts, prompt_tokens)
+
+
+def synthetic_draws(knobs: SyntheticKnobs, *, token_ids: bool = True) -> SyntheticDraws:
+    """The random draws behind :func:`synthetic_rollouts` (and the vectorized path, which needs no token ids)."""
+    rng = np.random.default_rng(knobs.seed)
+    n_rollouts = knobs.n_prompts * knobs.rollouts_per_prompt
+    success = rng.random(n_rollouts) < knobs.success_prob  # (rollouts,)
+    rewards = np.where(success, 1.0, knobs.partial_credit * rng.random(n_rollouts))  # (rollouts,)
+    n_calls = _call_counts(knobs, success, rng)  # (rollouts,)
+    total_calls = int(n_calls.sum())
+    response_lens = rng.integers(knobs.min_tokens, knobs.max_tokens + 1, total_calls)  # (calls,)
+    breaks = rng.random(total_calls) < knobs.break_prob  # (calls,)
+    if not token_ids:
+        return SyntheticDraws(rewards, n_calls, response_lens, breaks)
+    response_ids = rng.integers(*_RESPONSE_IDS, int(response_lens.sum()))
+    observation_ids = rng.integers(*_OBSERVATION_IDS, total_calls * knobs.observation_tokens)
+    task_prompts = rng.integers(*_TASK_IDS, (knobs.n_prompts, knobs.prompt_tokens))
+    return SyntheticDraws(rewards, n_calls, response_lens, breaks, response_ids, observation_ids, task_prompts)
 
 
 def synthetic_history(knobs: SyntheticKnobs | None = None, *, success_probs: Sequence[float]) -> pd.DataFrame:

@@ -102,7 +102,7 @@ def control_settings(controls: dict[str, w.ValueWidget]) -> dict[str, Any]:
 def control_overrides(controls: dict[str, w.ValueWidget]) -> dict[str, Any]:
     """The shared controls as config keys (dotted → typed value): the three settings and the mini-batch size."""
     s = control_settings(controls)
-    if s["mode"] == OWN_MODE:  # the config's own loss stays as it is
+    if s["mode"] == OWN_MODE or not LOSS_MODES[s["mode"]].trainable:  # the config's loss stays as it is
         return {ROLLOUT_LEVEL: s["rollout_level"], CAP: s["max_ppo_update_times"], MINI_BATCH: s["ppo_mini_batch_size"]}
     keys = setting_overrides(rollout_level=s["rollout_level"], mode=s["mode"], cap=s["max_ppo_update_times"])
     return {**keys, MINI_BATCH: s["ppo_mini_batch_size"]}
