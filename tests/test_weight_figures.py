@@ -109,20 +109,6 @@ def test_highlight_moves_to_the_chosen_mode():
     assert not span.get_visible()
 
 
-def test_histogram_counts_rollouts_by_rows_and_reward():
-    result = analysis()
-    ax = batch_figures.rows_per_rollout_histogram(result.rows).axes[0]
-    # a (1 row, reward 1), b (2, 0), c (3, 0), d (1, 1): higher reward has two 1-row rollouts, lower one 2 and one 3
-    higher, lower = ax.containers
-    assert [p.get_height() for p in higher] == [2, 0, 0]
-    assert [p.get_height() for p in lower] == [0, 1, 1]
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == [
-        "higher reward (≥ 0.5): 2 rollouts, 1.00 rows each",
-        "lower reward (< 0.5): 2 rollouts, 2.50 rows each",
-    ]
-
-
 def test_mass_plot_puts_each_trained_rollout_at_its_mass():
     result = analysis()
     ax = weight_figures.mass_vs_rows(result.rollouts, mode="per_rollout_mean:rows", rollout_level=False).axes[0]
@@ -131,17 +117,6 @@ def test_mass_plot_puts_each_trained_rollout_at_its_mass():
     plotted = np.concatenate([c.get_offsets()[:, 1] for c in ax.collections if isinstance(c, PathCollection)])
     assert sorted(plotted) == pytest.approx(sorted(trained["mass"]))
     assert "rollout-level advantage off" in ax.get_title()
-
-
-def test_cap_drops_stacks_rows_by_fate():
-    result = analysis()
-    ax = batch_figures.cap_drops(result.rows).axes[0]
-    counts = result.rows["fate"].value_counts()
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels[0] == f"kept: {counts['kept']}" and counts["kept"] == 3
-    total = sum(p.get_height() for p in ax.patches)
-    assert total == len(result.rows) == 7
-    assert ax.get_title().startswith("Rows kept for the update: 3 of 7")
 
 
 def test_empty_results_draw_a_note_instead_of_failing():
@@ -153,86 +128,3 @@ def test_empty_results_draw_a_note_instead_of_failing():
     assert "no row left after the drops: the trainer skips this step" in texts
     texts = [t.get_text() for t in weight_figures.mass_vs_rows(result.rollouts, mode="token-mean").axes[0].texts]
     assert texts == ["no rollout trained"]
-
-
-def test_updating_the_mass_plot_in_place_matches_a_fresh_drawing():
-    result = analysis()
-    fig = weight_figures.mass_vs_rows(result.rollouts, mode="token-mean", rollout_level=True)
-    ax = fig.axes[0]
-    assert weight_figures.update_mass_vs_rows(ax, result.rollouts, mode="per_rollout_mean:rows", rollout_level=False)
-    fresh = weight_figures.mass_vs_rows(result.rollouts, mode="per_rollout_mean:rows", rollout_level=False).axes[0]
-
-    def drawn(axes):
-        points = [c.get_offsets() for c in axes.collections if isinstance(c, PathCollection)]
-        means = [c.get_segments() for c in axes.collections if c.get_gid() and c.get_gid().startswith("mass-means")]
-        return points, means, axes.get_ylim(), axes.get_title()
-
-    (points, means, ylim, title), (points2, means2, ylim2, title2) = drawn(ax), drawn(fresh)
-    for a, b in zip(points + [s for m in means for s in m], points2 + [s for m in means2 for s in m], strict=True):
-        np.testing.assert_allclose(a, b)
-    assert (
-        ylim == pytest.approx(ylim2)
-        and title == title2 == "Rollout mass under per_rollout_mean:rows\n(rollout-level advantage off)"
-    )
-    empty = plt.figure()
-    try:
-        assert not weight_figures.update_mass_vs_rows(
-            empty.add_subplot(), result.rollouts, mode="token-mean", rollout_level=True
-        )
-    finally:
-        plt.close(empty)
-
-
-def test_in_place_updates_of_the_weight_and_cap_figures_match_fresh_drawings():
-    # 7 rows, mini-batches of 3 rows: alignment drops 1 row; a cap of 1 drops 4; mini-batches of 6 rows keep 6 in one
-    plan = [("q", "a", 1.0, [2]), ("q", "b", 0.0, [1, 2]), ("q", "c", 0.0, [2, 1]), ("q", "d", 1.0, [3])]
-    rows = make_rows([*plan, ("q", "e", 1.0, [1])])
-    base = {"algorithm": {"adv_estimator": "grpo"}, "actor_rollout_ref": {"rollout": {"n": 3}}}
-
-    def analysed(*dotlist):
-        return analyze_weighting(rows, compose_config(base, dotlist), seed=0)[0]
-
-    three = analysed("actor_rollout_ref.actor.ppo_mini_batch_size=1")
-    six = analysed("actor_rollout_ref.actor.ppo_mini_batch_size=2")
-    capped = analysed("actor_rollout_ref.actor.ppo_mini_batch_size=1", "agentlightning.max_ppo_update_times=1")
-
-    def shown(ax):
-        heights = [
-            round(h, 9) if np.isfinite(h := p.get_height()) else "empty" for c in ax.containers for p in c.patches
-        ]
-        bottoms = [p.get_y() for c in ax.containers for p in c.patches]
-        texts = [t.get_text() for t in ax.texts] + [t.get_text() for t in ax.get_legend().get_texts()]
-        return heights, bottoms, texts, ax.get_title(), ax.get_ylim()
-
-    modes = {"modes": list(MODES), "highlight": "token-mean"}
-    for draw, update, before, after, kwargs in (
-        (
-            weight_figures.rollout_weight_by_mode,
-            weight_figures.update_rollout_weight_by_mode,
-            three.rollouts,
-            six.rollouts,
-            modes,
-        ),
-        # the cap leaves no rollout with 2 kept rows (b and c keep 1 or 0): the "2" bars stay, empty
-        (
-            weight_figures.rollout_weight_by_mode,
-            weight_figures.update_rollout_weight_by_mode,
-            three.rollouts,
-            capped.rollouts,
-            modes,
-        ),
-        (batch_figures.cap_drops, batch_figures.update_cap_drops, three.rows, capped.rows, {}),
-    ):
-        ax = draw(before, **kwargs).axes[0]
-        assert shown(ax) != shown(draw(after, **kwargs).axes[0])
-        assert update(ax, after, **kwargs)
-        assert shown(ax) == shown(draw(after, **kwargs).axes[0])
-    classes = weight_figures.rollout_weight_by_mode(capped.rollouts, **modes).axes[0].containers
-    assert [c.get_label() for c in classes] == ["1", "2"]
-    assert all(np.isnan(p.get_height()) for p in classes[1].patches)
-    # another structure (the seed example has other row classes and fates): the update declines, changing nothing
-    seed_rows, cfg = seed_example()
-    other, _ = analyze_weighting(seed_rows, cfg)
-    ax = batch_figures.cap_drops(three.rows).axes[0]
-    unchanged = shown(ax)
-    assert not batch_figures.update_cap_drops(ax, other.rows) and shown(ax) == unchanged

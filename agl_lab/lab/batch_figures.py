@@ -1,8 +1,8 @@
 """Figures of a batch's rows: how many rows each rollout became, and which rows the drops and the cap keep.
 
 Like :mod:`agl_lab.lab.weight_figures`: one function per figure, taking ``Weighting.rows`` (or
-:func:`agl_lab.rows_frame`) and an optional Axes, returning the Figure made without pyplot; ``update_cap_drops``
-redraws in place. Also the helpers both figure modules share. Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
+:func:`agl_lab.rows_frame`) and an optional Axes, returning the Figure made without pyplot. Also the helpers both
+figure modules share. Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
-from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 
 from agl_lab.lab.class_stats import fates_by_class, partially_dropped_rollouts
@@ -23,7 +22,6 @@ __all__ = [
     "figure_and_axes",
     "reward_groups",
     "rows_per_rollout_histogram",
-    "update_cap_drops",
 ]
 
 
@@ -87,33 +85,6 @@ def cap_drops(rows: pd.DataFrame, *, ax: Axes | None = None) -> Figure:
     ax.set_title(_cap_title(rows), fontsize=11)
     ax.legend(fontsize=8)
     return fig
-
-
-def update_cap_drops(ax: Axes, rows: pd.DataFrame) -> bool:
-    """Redraw a :func:`cap_drops` axes for another selection of the same kind of batch in place.
-
-    Returns False (changing nothing) unless ``ax`` shows the same fates and rows-per-rollout classes.
-    """
-    counts, ticks = fates_by_class(rows)
-    fates = _cap_fates(counts)
-    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
-    drawn = [c.get_label().rsplit(":", 1)[0] for c in bars]
-    legend = ax.get_legend()
-    if drawn != [FATE_STYLE[f][0] for f in fates] or [t.get_text() for t in ax.get_xticklabels()] != ticks:
-        return False
-    if legend is None or any(len(c.patches) != len(counts) for c in bars):
-        return False
-    bottom = np.zeros(len(counts))
-    for container, fate, text in zip(bars, fates, legend.get_texts(), strict=True):
-        values = counts[fate].to_numpy()
-        for patch, value, base in zip(container.patches, values, bottom, strict=True):
-            patch.set_y(base)
-            patch.set_height(value)
-        text.set_text(f"{FATE_STYLE[fate][0]}: {values.sum()}")
-        bottom += values
-    ax.set_ylim(0, max(bottom.max(initial=0), 1) * 1.05)
-    ax.set_title(_cap_title(rows), fontsize=11)
-    return True
 
 
 def _cap_fates(counts: pd.DataFrame) -> list[str]:

@@ -1,9 +1,9 @@
 """Figures of how much each rollout weighs: by loss mode and rows per rollout, and each rollout's signed mass.
 
 One function per figure; each takes a frame of :class:`agl_lab.lab.weighting.Weighting` and an optional Axes and
-returns the Figure, made without pyplot (so the inline backend shows it once and the widget panel can redraw the
-same figure). Each has an ``update_*`` twin that moves what is drawn to new data in place, at half the cost of
-drawing anew. The statistics come from :mod:`agl_lab.lab.class_stats`; the batch's rows (per rollout, kept or
+returns the Figure, made without pyplot (so the inline backend shows it once and nothing lingers). These are the
+static figures (PNG/SVG, notebooks); the live panel draws with plotly (:mod:`agl_lab.ui.weighting_figures`). The
+statistics come from :mod:`agl_lab.lab.class_stats`; the batch's rows (per rollout, kept or
 dropped) are drawn by :mod:`agl_lab.lab.batch_figures`. Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
 """
 
@@ -17,7 +17,6 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection
-from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 
 from agl_lab.config.modes import LOSS_MODES
@@ -29,8 +28,6 @@ __all__ = [
     "mass_vs_rows",
     "mode_tick_label",
     "rollout_weight_by_mode",
-    "update_mass_vs_rows",
-    "update_rollout_weight_by_mode",
 ]
 
 
@@ -74,35 +71,6 @@ def rollout_weight_by_mode(
         title="rows per rollout (kept)", fontsize=8, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0)
     )
     return fig
-
-
-def update_rollout_weight_by_mode(
-    ax: Axes, rollouts: pd.DataFrame, *, modes: Sequence[str], highlight: str | None = None
-) -> bool:
-    """Redraw a :func:`rollout_weight_by_mode` axes for another analysis in place: bars, whiskers, Σ, title.
-
-    Returns False (changing nothing) unless ``ax`` shows the same modes and rows-per-rollout classes.
-    """
-    stats = weights_by_class(rollouts, modes)
-    modes = stats.modes
-    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
-    texts = [t for t in ax.texts if t.get_gid() == "weights-total"]
-    whiskers = next((c for c in ax.collections if c.get_gid() == "weights-whiskers"), None)
-    same = [c.get_label() for c in bars] == [stats.labels[int(c)] for c in stats.classes] and len(texts) == len(modes)
-    if not stats.n_rollouts or whiskers is None or not same or any(len(c.patches) != len(modes) for c in bars):
-        return False
-    for container, heights in zip(bars, stats.mean, strict=True):
-        for patch, height in zip(container.patches, heights, strict=True):
-            patch.set_height(height)
-    whiskers.set_segments(_whiskers(stats))
-    top = _weights_top(stats)
-    for text, total in zip(texts, stats.totals, strict=True):
-        text.set_text(f"Σ = {_short(total)}")
-        text.set_y(top)
-    highlight_mode(ax, highlight, modes=modes)
-    ax.set_ylim(0, top * 1.08)
-    ax.set_title(_weights_title(stats.n_rollouts))
-    return True
 
 
 def highlight_mode(ax: Axes, mode: str | None, *, modes: Sequence[str]) -> None:
@@ -152,30 +120,6 @@ def mass_vs_rows(
     else:
         empty_note(ax, "no rollout trained")
     return fig
-
-
-def update_mass_vs_rows(ax: Axes, rollouts: pd.DataFrame, *, mode: str, rollout_level: bool, seed: int = 0) -> bool:
-    """Redraw a :func:`mass_vs_rows` axes for another setting or selection in place: points, means, limits, title.
-
-    Far cheaper than drawing anew. Returns False (changing nothing) unless ``ax`` shows the same reward groups.
-    """
-    frame, groups, names = _mass_frame(rollouts, mode, rollout_level)
-    artists = {a.get_gid(): a for a in ax.collections if a.get_gid()}
-    legend = ax.get_legend()
-    points = [artists.get(f"mass-points-{g}") for g in range(len(names))]
-    if not len(frame) or None in points or legend is None or [t.get_text() for t in legend.get_texts()] != names:
-        return False
-    x, mass = frame["rows_kept"].to_numpy(), frame["mass"].to_numpy()
-    jitter = np.random.default_rng(seed).uniform(-0.18, 0.18, len(frame))
-    for g, collection in enumerate(points):
-        pick = groups == g
-        collection.set_offsets(np.column_stack([x[pick] + jitter[pick], mass[pick]]))
-        artists[f"mass-means-{g}"].set_segments(_mean_segments(x[pick], mass[pick]))
-    ax.set_xlim(0.4, x.max(initial=1) + 0.6)
-    ax.set_xticks(np.arange(1, x.max(initial=1) + 1))
-    ax.set_ylim(*_mass_limits(mass))
-    ax.set_title(_mass_title(mode, rollout_level), fontsize=11)
-    return True
 
 
 def _class_x(j: int, n_classes: int, n_modes: int) -> np.ndarray:

@@ -16,7 +16,6 @@ from typing import Any
 import ipywidgets as w
 import numpy as np
 from matplotlib import rc_context
-from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.image import imsave
@@ -166,20 +165,6 @@ class LiveFigure:
         self.ax.clear()
         draw(ax=self.ax)
         self._publish(inputs)
-        return True
-
-    def edit(self, inputs: tuple, change: Callable[[Axes], bool | None]) -> bool:
-        """Apply ``change(ax)`` to what is drawn, keeping the layout (half the cost of a draw).
-
-        ``change`` returns False to decline (nothing is published, and False is returned).
-        """
-        if change(self.ax) is False:
-            return False
-        self.figure.set_layout_engine("none")
-        try:
-            self._publish(inputs)
-        finally:
-            self.figure.set_layout_engine("constrained")
         return True
 
     def _publish(self, inputs: tuple) -> None:
