@@ -43,7 +43,12 @@ def test_misspelt_key_exits_2_naming_the_nearest_key():
 def test_doctor_errors_exit_1_before_running_the_example():
     result = run("check", "algorithm.adv_estimator=remax")
     assert result.returncode == 1
-    assert "REMAX baseline not yet supported in AgentLightningRayPPOTrainer" in result.stdout
+    # errors go to stderr, one line each; notes and warnings stay on stdout
+    assert result.stderr.splitlines() == [
+        "  error   algorithm.adv_estimator: REMAX baseline not yet supported in AgentLightningRayPPOTrainer -> fix: "
+        "use algorithm.adv_estimator=grpo (or rloo, reinforce_plus_plus)"
+    ]
+    assert "note    agentlightning.max_ppo_update_times" in result.stdout
     assert "Metrics:" not in result.stdout
 
 
@@ -104,7 +109,7 @@ def test_launch_exports_for_agent_lightning_and_says_what_to_install(tmp_path):
 
 def test_launch_refuses_what_agent_lightning_would_refuse(tmp_path):
     result = run("launch", "--out", str(tmp_path / "x"))  # AGL's defaults: gae with rollout-level advantage
-    assert result.returncode == 1 and "gae gives per-token advantages" in result.stdout
+    assert result.returncode == 1 and "gae gives per-token advantages" in result.stderr
     assert not (tmp_path / "x").exists()
 
 

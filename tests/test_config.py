@@ -182,9 +182,9 @@ def test_composition_leaves_a_running_hydra_app_alone():
         ("~algorithm", "algorithm: cannot delete it: verl's trainer and agl_lab read this section"),
         ("~algorithm.gamma", "algorithm.gamma: cannot delete it: verl's trainer and agl_lab read this key"),
         # Hydra's multirun syntax composes no single config
-        ("lab.seed=0,1,2", "lab.seed=0,1,2 is Hydra's multirun sweep syntax"),
-        ("lab.seed=range(3)", "is Hydra's multirun sweep syntax"),
-        ("algorithm.adv_estimator=choice(grpo,rloo)", "agl_lab.run_sweep(settings, seeds=[...])"),
+        ("lab.seed=0,1,2", "lab.seed=0,1,2: several values (a sweep) are accepted only by `agl-lab sweep`"),
+        ("lab.seed=range(3)", "several values (a sweep) are accepted only by `agl-lab sweep`"),
+        ("algorithm.adv_estimator=choice(grpo,rloo)", "several values (a sweep)"),
     ],
 )
 def test_values_that_used_to_slip_through_are_refused_in_one_line(item, text):

@@ -98,7 +98,7 @@ def _lab_ranges(get: Getter) -> list[Finding]:
             continue
         findings.append(
             Finding(
-                "error", f"lab.{name}", f"must be in [{low:g}, {high:g}], got {value!r}", f"set lab.{name} in range"
+                "error", f"lab.{name}", f"must be in [{low}, {high}], got {value!r}", f"set lab.{name} in range"
             )
         )
     return findings

@@ -254,9 +254,9 @@ def _short(exc: Exception) -> str:
     return str(text).splitlines()[0]
 
 
-_SWEEP = (
-    "{item} is Hydra's multirun sweep syntax (a,b,c / range() / choice()); a config has one value per key: give one, "
-    "and sweep seeds or settings with agl_lab.run_sweep(settings, seeds=[...])"
+_SWEEP = (  # key=a,b, range(3), choice(...): Hydra's multirun syntax; one config holds one value per key
+    "{item}: several values (a sweep) are accepted only by `agl-lab sweep` (in Python: agl_lab.run_sweep with one "
+    "setting per value, or seeds=[...])"
 )
 
 

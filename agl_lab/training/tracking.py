@@ -77,7 +77,8 @@ def claim_process_backends(cfg: DictConfig, *, run: str) -> list[str]:
     Returns what was claimed, for :func:`release_process_backends`. W&B with ``WANDB_MODE=disabled`` keeps nothing.
     """
     names = [name for name in _names(cfg) if name in PROCESS_WIDE_BACKENDS]
-    if os.environ.get("WANDB_MODE") == "disabled":
+    mode = OmegaConf.select(cfg, "lab.wandb_mode", default=None)  # a per-run mode, where the config has one
+    if (mode if mode not in (None, "auto") else os.environ.get("WANDB_MODE")) == "disabled":
         names = [name for name in names if name not in ("wandb", "tracking")]
     with _claims_lock:
         busy = {name: _claims[name] for name in names if name in _claims}
