@@ -97,9 +97,7 @@ def _lab_ranges(get: Getter) -> list[Finding]:
         if low is None or not isinstance(value, int | float) or isinstance(value, bool) or low <= value <= high:
             continue
         findings.append(
-            Finding(
-                "error", f"lab.{name}", f"must be in [{low}, {high}], got {value!r}", f"set lab.{name} in range"
-            )
+            Finding("error", f"lab.{name}", f"must be in [{low}, {high}], got {value!r}", f"set lab.{name} in range")
         )
     return findings
 

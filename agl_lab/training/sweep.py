@@ -93,8 +93,9 @@ def plan_sweep(
                 f"trainer.experiment_name={name}",
             )
             cfg = short_run_config(overrides, cell_dotlist)  # raises ConfigError naming the problem
-            if seed == seeds[0]:
-                same = configs.setdefault(config_sha256(cfg, leave_out=_NAMING), name)
+            if seed == seeds[0]:  # the setting's config without its name (names flow into other keys)
+                unnamed = short_run_config(overrides, (*dotlist, *items, f"lab.seed={seed}"))
+                same = configs.setdefault(config_sha256(unnamed), name)
                 if same != name:
                     raise ValueError(
                         f"settings {same!r} and {name!r} resolve to the same config: each cell would be trained "
@@ -203,10 +204,6 @@ def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: 
     finally:
         if started_here:  # a Ray instance the sweep started goes with it; one you started stays yours
             ray.shutdown()
-
-
-# What names a cell rather than configuring it: left out when two settings are compared.
-_NAMING = ("lab.run_dir", "trainer.experiment_name")
 
 
 def _checked_seeds(seeds: Sequence[int]) -> list[int]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from agl_lab.config.secrets import redact, redact_argv
 from agl_lab.curves.history import COLUMNS, read_run_dir
-from agl_lab.curves.jsonl import read_text_file
+from agl_lab.curves.jsonl import DamagedFileWarning, read_jsonl, read_text_file
 
 __all__ = ["CELL_FILE", "Cell", "cell_status", "collect", "config_sha256", "write_status"]
 
@@ -65,10 +66,13 @@ def cell_status(cell: Cell) -> str | None:
         return None
     status = record.get("status")
     if status == "done":
-        metrics = Path(cell.run_dir) / "metrics.jsonl"
         if record.get("config_sha256") != cell.config_sha256:
             return "changed"  # another config ran here: rerun with this one
-        if not metrics.exists() or metrics.stat().st_size == 0:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DamagedFileWarning)  # a torn tail keeps the cell; collect() warns
+                read_jsonl(Path(cell.run_dir) / "metrics.jsonl")
+        except (OSError, ValueError):
             return "damaged"
     return status
 
