@@ -3,6 +3,7 @@ refused before anything is created. In-process through ``agl_lab.cli.main`` (the
 
 import errno
 import os
+import re
 
 import pytest
 
@@ -149,3 +150,11 @@ def test_help_lists_every_exit_code(capsys):
     for code, meaning in EXIT_CODES.items():
         assert f"  {code:>3}  {meaning}" in out
     assert "143  stopped by SIGTERM" in out and "--debug" in out
+
+
+def test_the_readme_lists_the_same_exit_codes():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", readme, flags=re.MULTILINE))
+    assert {int(code): meaning for code, meaning in rows.items()} == EXIT_CODES
