@@ -143,7 +143,10 @@ def _demo(dotlist: list[str], *, out: str | None) -> int:
     print(result.sweep_dir.resolve())
     if result.stopped:
         return 143 if result.interrupted_by == "SIGTERM" else 130
-    return 0
+    failed = result.cells[result.cells.status != "done"]
+    for cell in failed.itertuples():
+        print(f"agl-lab: {cell.setting} seed {cell.seed} {cell.status}: {cell.error}", file=sys.stderr)
+    return 1 if len(failed) else 0
 
 
 def _launch(dotlist: list[str], *, name: str, out: str | None) -> int:

@@ -96,20 +96,27 @@ def test_a_run_directory_that_cannot_be_made_is_a_file_error(capsys, here):
     assert code == 5 and len(err) == 1 and err[0].startswith("agl-lab: file error: [Errno 20] Not a directory")
 
 
-@pytest.mark.parametrize(("errno_", "text"), [(errno.ENOSPC, "No space left on device"), (errno.EROFS, "Read-only")])
-def test_a_full_or_read_only_disk_is_one_line_and_keeps_the_finished_steps(capsys, here, monkeypatch, errno_, text):
+@pytest.mark.parametrize("fault", ["full", "read-only"])
+def test_a_full_or_read_only_disk_is_one_line_and_keeps_the_finished_steps(capsys, here, monkeypatch, fault):
     from agl_lab.training.runs import RunFiles
 
     write = RunFiles.write
 
     def failing_write(self, step, metrics, timings):
-        if step == 2:
-            raise OSError(errno_, os.strerror(errno_), str(self.run_dir / "metrics.jsonl"))
+        if step == 2 and fault == "full":  # the kernel's full device: every write to it fails with ENOSPC
+            self._metrics = open("/dev/full", "w")  # noqa: SIM115 — the run closes it
+        elif step == 2:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self.run_dir / "metrics.jsonl"))
         write(self, step, metrics, timings)
 
     monkeypatch.setattr(RunFiles, "write", failing_write)
     code, _, err = cli(capsys, "train", *TINY, f"lab.run_dir={here / 'run'}")
-    assert code == 5 and len(err) == 1 and text in err[0] and "metrics.jsonl" in err[0]
+    expected = "No space left on device: '/dev/full'" if fault == "full" else "Read-only file system: "
+    errors = [line for line in err if not line.startswith("agl-lab: warning: ")]  # a full disk fails the close too
+    assert (
+        code == 5 and len(errors) == 1 and errors[0].startswith("agl-lab: file error: [Errno") and expected in errors[0]
+    )
+    assert all(line.startswith("agl-lab: ") for line in err)  # each warning one line too
     assert len((here / "run" / "metrics.jsonl").read_text().splitlines()) == 1  # step 1 kept
     assert (here / "run" / "policy" / "model.safetensors").exists()
 
@@ -158,3 +165,13 @@ def test_the_readme_lists_the_same_exit_codes():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", readme, flags=re.MULTILINE))
     assert {int(code): meaning for code, meaning in rows.items()} == EXIT_CODES
+
+
+def test_a_demo_whose_runs_failed_exits_1_naming_each(capsys, here):
+    code, _, err = cli(capsys, "demo", "--out", str(here / "demo"), *TINY, "algorithm.adv_estimator=remax")
+    assert code == 1
+    assert [line.split(":")[1].strip() for line in err if line.startswith("agl-lab:")] == [
+        "both_on seed 0 failed",
+        "both_off seed 0 failed",
+        "both_on_cap2 seed 0 failed",
+    ]

@@ -80,8 +80,13 @@ class RunFiles:
 
     def write(self, step: int, metrics: Mapping[str, Any], timings: Mapping[str, Any]) -> None:
         for file, values in ((self._metrics, metrics), (self._timings, timings)):
-            file.write(json.dumps({"step": step, **values}) + "\n")
-            file.flush()
+            try:
+                file.write(json.dumps({"step": step, **values}) + "\n")
+                file.flush()
+            except OSError as exc:  # a full disk: say which file, the steps before this one are on disk
+                if exc.filename is not None or exc.errno is None:
+                    raise
+                raise type(exc)(exc.errno, exc.strerror, file.name) from exc
 
     def close(self) -> None:
         """Close both files; a failure on one (a full disk refusing the last flush) still closes the other."""
