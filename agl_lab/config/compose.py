@@ -26,9 +26,9 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from agl_lab.config.key_types import default_value, expected_value
+from agl_lab.config.key_types import default_value, expected_value, type_problem
 from agl_lab.config.lab_config import LabConfig
-from agl_lab.config.secrets import MASK, is_secret_key, redact_argv
+from agl_lab.config.secrets import redact_argv
 from agl_lab.config.tree import leaves, paths
 
 __all__ = [
@@ -142,34 +142,6 @@ def key_problem(path: str, base: DictConfig) -> str | None:
         if node is not None and node._is_none():
             return None
     return None
-
-
-def type_problem(path: str, value: Any, base: DictConfig) -> str | None:
-    """Why ``value`` does not fit the type of ``path`` in ``base``, or None if it fits (or the key is open).
-
-    The type is the default's, or what verl's config dataclass declares (:mod:`agl_lab.config.key_types`): a float
-    field written as an integer in verl's YAML (``entropy_coeff: 0``, ``top_p: 1``) takes any number, and a key whose
-    default is null is checked against its declared type. A secret's value is never echoed.
-    """
-    expected = expected_value(base, path)
-    if isinstance(expected, bool):
-        ok, name = isinstance(value, bool), "a boolean (true/false)"
-    elif isinstance(expected, int):
-        ok, name = isinstance(value, int) and not isinstance(value, bool), "an integer"
-    elif isinstance(expected, float):
-        ok, name = isinstance(value, int | float) and not isinstance(value, bool), "a number"
-    elif isinstance(expected, str):
-        ok, name = isinstance(value, str | int | float) and not isinstance(value, bool), "a string"
-    elif isinstance(expected, list | ListConfig):
-        ok, name = isinstance(value, list | tuple | ListConfig), "a list, e.g. [a,b]"
-    elif isinstance(expected, dict | DictConfig):
-        ok, name = isinstance(value, Mapping | DictConfig), "a mapping, e.g. {a:1}"
-    else:
-        return None
-    if value is None or ok:
-        return None
-    shown = MASK if is_secret_key(path) else repr(value)
-    return f"{path} must be {name}, got {shown} ({type(value).__name__})"
 
 
 def _coerce(path: str, value: Any, base: DictConfig) -> Any:

@@ -1,8 +1,9 @@
 """The type each config key takes, so that every value is checked, also where the default is null.
 
-A key's type is its default's. Where verl's config dataclass (the section's ``_target_``) declares the field, the
-declaration wins: ``entropy_coeff: 0`` is a float field, and ``ppo_micro_batch_size_per_gpu: null`` an integer one.
-Null defaults in sections without a dataclass (``trainer.*``, ``data.*``, ``agentlightning.*``) take their type from
+:func:`type_problem` checks a value against it (composition and the doctor both ask it). A key's type is its
+default's. Where verl's config dataclass (the section's ``_target_``) declares the field, the declaration wins:
+``entropy_coeff: 0`` is a float field, and ``ppo_micro_batch_size_per_gpu: null`` an integer one. Null defaults in
+sections without a dataclass (``trainer.*``, ``data.*``, ``agentlightning.*``) take their type from
 :data:`NULL_DEFAULT_TYPES`; a null default listed nowhere takes any value (``agentlightning.hooks``). Without this a
 null-default key was never checked: ``trainer.total_training_steps=abc`` reached the hand-off's ``overrides.yaml``.
 """
@@ -12,12 +13,15 @@ from __future__ import annotations
 import functools
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-__all__ = ["NULL_DEFAULT_TYPES", "default_value", "expected_value"]
+from agl_lab.config.secrets import MASK, is_secret_key
+
+__all__ = ["NULL_DEFAULT_TYPES", "default_value", "expected_value", "type_problem"]
 
 # Keys whose default is null in a section without a config dataclass, and the type Agent Lightning / verl read them as.
 NULL_DEFAULT_TYPES: dict[str, type] = {
@@ -71,6 +75,34 @@ def expected_value(base: DictConfig, path: str) -> Any:
     if isinstance(default, int) and not isinstance(default, bool) and float in declared:
         return float(default)  # verl's YAML writes `top_p: 1` for a float field
     return default
+
+
+def type_problem(path: str, value: Any, base: DictConfig) -> str | None:
+    """Why ``value`` does not fit the type of ``path`` in ``base``, or None if it fits (or the key is open).
+
+    The type is the default's, or what verl's config dataclass declares (:mod:`agl_lab.config.key_types`): a float
+    field written as an integer in verl's YAML (``entropy_coeff: 0``, ``top_p: 1``) takes any number, and a key whose
+    default is null is checked against its declared type. A secret's value is never echoed.
+    """
+    expected = expected_value(base, path)
+    if isinstance(expected, bool):
+        ok, name = isinstance(value, bool), "a boolean (true/false)"
+    elif isinstance(expected, int):
+        ok, name = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif isinstance(expected, float):
+        ok, name = isinstance(value, int | float) and not isinstance(value, bool), "a number"
+    elif isinstance(expected, str):
+        ok, name = isinstance(value, str | int | float) and not isinstance(value, bool), "a string"
+    elif isinstance(expected, list | ListConfig):
+        ok, name = isinstance(value, list | tuple | ListConfig), "a list, e.g. [a,b]"
+    elif isinstance(expected, dict | DictConfig):
+        ok, name = isinstance(value, Mapping | DictConfig), "a mapping, e.g. {a:1}"
+    else:
+        return None
+    if value is None or ok:
+        return None
+    shown = MASK if is_secret_key(path) else repr(value)
+    return f"{path} must be {name}, got {shown} ({type(value).__name__})"
 
 
 def _prototype(allowed: tuple[type, ...]) -> Any:
