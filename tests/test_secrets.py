@@ -94,4 +94,4 @@ def test_no_secret_in_anything_a_check_export_run_or_sweep_writes_or_prints(tmp_
     cell = (tmp_path / "sweep" / "ok" / "seed-0" / "cell.json").read_text()
     assert "agentlightning.agl_key=***" in cell
     assert any(p.suffix == ".wandb" for p in files) and (tmp_path / "run" / "tracking.jsonl").exists()
-    assert len(files) >= 30
+    assert len(files) >= 20  # config, metrics, timings, policy, W&B run, tracking.jsonl, cells, export, ...
