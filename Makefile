@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu to fetch the CPU build instead of the CUDA one.
 TORCH_INDEX ?=
 
-.PHONY: check demo test bench lab screenshots
+.PHONY: check demo test bench lab screenshots readme
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,10 +34,32 @@ check: $(BIN)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/agl-lab demo
 
-# The browser tests drive Debian's Chromium (Playwright's own browser download does not work here).
+# Regenerate the README's demo table: a fresh demo into runs/readme-demo/, then its summary.md copied between the
+# README's markers (agl_lab.curves.readme_table). The README's numbers are never typed by hand.
+readme: $(BIN)/.installed
+	rm -rf runs/readme-demo
+	$(BIN)/agl-lab demo --out runs/readme-demo
+	$(BIN)/python -m agl_lab.curves.readme_table runs/readme-demo/summary.md README.md
+
+# The browser tests drive Debian's Chromium (Playwright's own browser download does not work here). As root it is
+# installed with apt-get; otherwise with sudo (which may ask for your password); without either, make stops and says
+# what to run. Everything but the browser tests runs without it: .venv/bin/python -m pytest --ignore=tests/test_browser.py
 /usr/bin/chromium:
-	if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
-	else sudo apt-get update -qq && sudo apt-get install -y -qq chromium; fi
+	@if ! command -v apt-get >/dev/null; then \
+		echo "make test: the browser tests need Chromium at /usr/bin/chromium and there is no apt-get here; install" \
+			"it with your package manager (or link it there), or run the rest: $(BIN)/python -m pytest" \
+			"--ignore=tests/test_browser.py" >&2; exit 1; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		echo "installing Debian's chromium for the browser tests (apt-get, as root)"; \
+		apt-get update -qq && apt-get install -y -qq chromium; \
+	elif command -v sudo >/dev/null; then \
+		echo "installing Debian's chromium for the browser tests: sudo apt-get (sudo may ask for your password)"; \
+		sudo apt-get update -qq && sudo apt-get install -y -qq chromium; \
+	else \
+		echo "make test: the browser tests need Chromium at /usr/bin/chromium; you are not root and have no sudo." \
+			"Ask an administrator for 'apt-get install chromium', or run the rest: $(BIN)/python -m pytest" \
+			"--ignore=tests/test_browser.py" >&2; exit 1; \
+	fi
 
 test: $(BIN)/.oracle /usr/bin/chromium
 	$(BIN)/python -m pytest
@@ -46,6 +68,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_core.py
 	$(BIN)/python benchmarks/bench_weighting.py
 	$(BIN)/python benchmarks/bench_trainer.py
+	$(BIN)/python benchmarks/bench_actor.py
 
 # JupyterLab on the repository, opened at notebooks/.
 lab: $(BIN)/.installed

@@ -26,7 +26,7 @@ EXIT_CODES = {
     0: "done",
     1: "the config doctor found an error (nothing ran; its findings are on stderr), or a sweep's run failed (the "
     "others are kept)",
-    2: "a bad command line, config key or value (nothing was created)",
+    2: "a bad command line, config key or value, or several values outside `agl-lab sweep` (nothing was created)",
     3: "launch: exported, but Agent Lightning's trainer cannot run here",
     4: "the run or sweep directory is taken: it holds a run, or another run or sweep is writing to it",
     5: "a file or folder could not be read or written (missing model path or file, read-only or full disk)",

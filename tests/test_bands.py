@@ -1,10 +1,10 @@
-"""Bands across seeds, by hand: mean ± std, a seeded bootstrap interval, trailing smoothing."""
+"""Bands across seeds, by hand: mean ± std, the Student-t interval of the mean, each seed, trailing smoothing."""
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from agl_lab.curves.bands import bands  # noqa: E402
+from agl_lab.curves.bands import BAND_LABELS, bands  # noqa: E402
 
 
 def table():
@@ -32,12 +32,40 @@ def test_std_band_by_hand():
     assert (off["low"], off["mean"], off["high"]) == pytest.approx((0.1, 0.1, 0.1))
 
 
-def test_bootstrap_interval_lies_within_the_seeds_and_around_the_mean():
-    out = bands(table(), ["training/reward"], band="ci95", n_boot=2000)
+def test_the_95_interval_is_students_t_of_the_mean():
+    out = bands(table(), ["training/reward"], band="ci95")
     on = out[(out.setting == "on") & (out.step == 2)].iloc[0]
-    assert 0.2 - 1e-12 <= on["low"] < on["mean"] < on["high"] <= 0.4 + 1e-12
-    again = bands(table(), ["training/reward"], band="ci95", n_boot=2000)
-    assert np.allclose(out[["low", "high"]], again[["low", "high"]])  # seeded
+    # values 0.2, 0.3, 0.4: s = 0.1, n = 3, t(0.975, 2) = 4.3027 -> half width 4.3027 · 0.1 / √3 = 0.24842
+    assert on["n_seeds"] == 3
+    assert (on["low"], on["high"]) == pytest.approx((0.3 - 0.24842, 0.3 + 0.24842), abs=1e-5)
+    # wider than the seeds' own range (0.2..0.4): three seeds say little about the mean
+    assert on["low"] < 0.2 and on["high"] > 0.4
+    off = out[(out.setting == "off") & (out.step == 2)].iloc[0]
+    assert (off["low"], off["high"]) == pytest.approx((0.1, 0.1))  # both seeds equal: s = 0
+
+
+def test_one_seed_has_no_interval_and_seeds_band_is_the_mean_alone():
+    one = table()
+    one = one[one.seed == 0]
+    out = bands(one, ["training/reward"], band="ci95")
+    assert (out["low"] == out["mean"]).all() and (out["high"] == out["mean"]).all() and (out.n_seeds == 1).all()
+    seeds = bands(table(), ["training/reward"], band="seeds")
+    assert (seeds["low"] == seeds["mean"]).all() and set(seeds.n_seeds) == {2, 3}
+    assert "95% t-interval" in BAND_LABELS["ci95"] and "bootstrap" not in " ".join(BAND_LABELS.values())
+
+
+@pytest.mark.parametrize(
+    ("n", "quantile"),
+    # Student's t table, two-sided 95% (p = 0.975) with n - 1 degrees of freedom, e.g. Fisher & Yates
+    [(2, 12.7062), (3, 4.3027), (4, 3.1824), (10, 2.2622), (30, 2.0452)],
+)
+def test_the_ci95_band_is_the_t_interval_of_the_mean(n, quantile):
+    # n seeds of one setting at one step: values 0, 1, ..., n-1 → mean (n-1)/2, sample std s, half-width t·s/√n
+    values = np.arange(n, dtype=float)
+    frame = pd.DataFrame({"setting": "a", "seed": range(n), "run": range(n), "step": 1, "metric": "m", "value": values})
+    out = bands(frame, band="ci95").iloc[0]
+    half = quantile * values.std(ddof=1) / np.sqrt(n)
+    assert (out["low"], out["high"]) == pytest.approx((values.mean() - half, values.mean() + half), rel=1e-4)
 
 
 def test_smoothing_is_a_trailing_mean_per_run():

@@ -5,14 +5,17 @@ temporary root) runs top to bottom with no error output, its widget panels rende
 controls, and the interactive parts respond — a changed control redraws the weighting plot, Run makes the
 training curve grow and Stop ends the run, the config form recomposes. A screenshot of each notebook is
 saved under ``artifacts/browser/`` (and into ``$AGL_LAB_SCREENSHOTS`` when set: ``make screenshots``
-writes ``docs/screenshots/``). The tests start and stop their own server; they need ``/usr/bin/chromium``
-(``apt-get install chromium``) and the ``playwright`` package, both installed by ``make test``.
+writes ``docs/screenshots/``, the README's pictures): each shows what a reader needs — the panel's controls at the
+top of the window with its figures below (01, 03; in 03 after a real run of the default length, finished), the
+recomposed config form (02), the band figures (04). The tests start and stop their own server; they need
+``/usr/bin/chromium`` (``apt-get install chromium``) and the ``playwright`` package, both installed by ``make test``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -173,13 +176,16 @@ def check_weighting_panel(page: Page) -> None:
         timeout=30_000,
     )
     wait_idle(page)  # the mass figure redraws after the weights: leave no work behind for the next notebook
+    show_panel(page)  # the screenshot: the settings and the figures they drive
 
 
 def check_training_panel(page: Page) -> None:
-    """Run in the live panel makes the curve grow step by step, and Stop ends the run early and cleanly."""
+    """Run in the live panel makes the curve grow step by step, and Stop ends the run early and cleanly; then a run
+    of the default length finishes (what the screenshot shows)."""
     assert_panel_controls(page)
     steps = page.locator(f"{PANEL} .jp-OutputArea .widget-inline-hbox").filter(has_text="steps").locator("input").first
     steps.scroll_into_view_if_needed()
+    default_steps = steps.input_value()
     steps.fill("200")
     steps.press("Enter")
     status = page.locator(f"{PANEL} .jp-OutputArea .widget-html-content").filter(has_text="step")
@@ -197,6 +203,28 @@ def check_training_panel(page: Page) -> None:
     )
     assert status.count() > 0
     wait_idle(page)
+    # a real run, as a reader would start one: the notebook's own number of steps, to the end
+    steps.fill(default_steps)
+    steps.press("Enter")
+    page.locator(f"{PANEL} .jp-OutputArea button").filter(has_text="Run").first.click()
+    page.wait_for_function(
+        f"""() => [...document.querySelectorAll('.widget-html-content')]
+            .some(e => e.innerText.includes('Run finished after {default_steps} of {default_steps} steps'))""",
+        timeout=600_000,
+    )
+    links = page.locator(f"{PANEL} .jp-OutputArea .widget-html-content").filter(has_text="Run directory").first
+    assert links.inner_text().split("Run directory: ")[1].startswith("runs/")  # where the notebook is, not /tmp/...
+    wait_idle(page)
+    show_panel(page)
+
+
+def show_panel(page: Page) -> None:
+    """Scroll the notebook so its widget panel's settings sit at the top of the window, its figures below."""
+    heading = page.locator(f"{PANEL} .jp-OutputArea .widget-html-content").filter(has_text=re.compile(r"^Settings$"))
+    heading = heading.first
+    heading.evaluate("e => e.scrollIntoView({block: 'start'})")
+    page.wait_for_timeout(500)  # let JupyterLab's windowed notebook render the cells now in view
+    heading.evaluate("e => e.scrollIntoView({block: 'start'})")
 
 
 INTERACTIONS = {
@@ -264,9 +292,19 @@ def error_outputs(path: Path) -> list[str]:
 
 
 def screenshot(page: Page, stem: str) -> None:
+    """The window, cut below the panel in view (when it ends above the window's bottom: no empty notebook below)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{stem}.png"
-    page.screenshot(path=str(path))
+    viewport = page.viewport_size
+    bottom = page.evaluate(
+        """(panel) => { const h = [...document.querySelectorAll(panel + ' .jp-OutputArea .widget-html-content')]
+            .find(e => e.innerText.trim() === 'Settings');
+            const cell = h && h.closest('.jp-Cell');
+            return cell ? cell.getBoundingClientRect().bottom : null; }""",
+        PANEL,
+    )
+    height = viewport["height"] if bottom is None else int(min(viewport["height"], max(bottom + 32, 480)))
+    page.screenshot(path=str(path), clip={"x": 0, "y": 0, "width": viewport["width"], "height": height})
     if os.environ.get("AGL_LAB_SCREENSHOTS"):
         target = Path(os.environ["AGL_LAB_SCREENSHOTS"])
         target.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from agl_lab import ConfigError, compose_config
-from agl_lab.config.compose import base_config
+from agl_lab.config.compose import BASES, base_config, compose_from, short_run_config
+from agl_lab.lab.examples import EXAMPLE_OVERRIDES
 
 
 def test_defaults_are_verl_ppo_trainer_plus_agent_lightning():
@@ -51,6 +52,8 @@ def test_defaults_are_verl_ppo_trainer_plus_agent_lightning():
         "model_hidden": 64,
         "device": "auto",
         "run_dir": None,
+        "actor": "lab",
+        "wandb_mode": "auto",
         "cpu_threads": 1,
     }
     OmegaConf.to_container(cfg, resolve=True)  # resolvable
@@ -140,6 +143,14 @@ def test_open_sections_accept_new_keys_and_plus_adds_explicitly():
         ({}, ["agentlightning.max_ppo_update_times"], "Error parsing override 'agentlightning.max_ppo_update_times'"),
         ({}, ["~trainer.no_such_key"], "cannot delete 'trainer.no_such_key': no such key"),
         ({}, ["+lab.extra=1"], "lab.extra"),
+        # several values are a sweep: only `agl-lab sweep` takes them
+        (
+            {},
+            ["algorithm.enable_rollout_level_advantage=true,false"],
+            "algorithm.enable_rollout_level_advantage=true,false: several values (a sweep) are accepted only by "
+            "`agl-lab sweep`",
+        ),
+        ({}, ["lab.seed=range(3)"], "lab.seed=range(3): several values (a sweep)"),
     ],
 )
 def test_bad_keys_and_values_are_errors(overrides, dotlist, text):
@@ -224,3 +235,18 @@ def test_config_errors_never_echo_a_secret(item):
         assert "sk-config-4711" not in str(exc) and "data.train_batch_size" in str(exc)
     else:
         raise AssertionError("data.train_batch_size=x must be refused")
+
+
+def test_each_named_base_is_agent_lightnings_defaults_plus_its_own_file():
+    assert list(BASES) == ["agl", "example", "short-run"]
+    agl, example, short = (compose_from(name) for name in BASES)
+    assert agl == compose_config()  # nothing added: what Agent Lightning's trainer gets
+    assert (agl.algorithm.adv_estimator, example.algorithm.adv_estimator) == ("gae", "grpo")
+    assert example == compose_config(EXAMPLE_OVERRIDES) and example.data.train_batch_size == 2
+    assert short == short_run_config() and short.trainer.total_training_steps == 40
+    # yours go on top of the base's, then the dotlist
+    cfg = compose_from("example", {"data": {"train_batch_size": 4}}, ["actor_rollout_ref.rollout.n=5"])
+    assert (cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n, cfg.algorithm.adv_estimator) == (4, 5, "grpo")
+    assert all(BASES[name].label.startswith("Agent Lightning's defaults") for name in BASES)
+    with pytest.raises(ConfigError, match="unknown base 'short_run': choose one of agl, example, short-run"):
+        compose_from("short_run")

@@ -44,10 +44,59 @@ def test_one_runs_history_in_long_form_draws_every_standard_panel():
     assert plt.get_fignums() == open_before and isinstance(fig, Figure)  # made without pyplot
     titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
     assert titles == [PANELS[p].title for p in ("success", "rows_vs_rollouts", "drops")]  # no loss scale logged
+    assert fig.get_suptitle() == "one run (one seed per setting (n = 1): no band)"
     rows = fig.axes[1]
     n_rows, n_rollouts = rows.lines[:2]
     assert n_rows.get_ydata().tolist() == [12, 10, 14] and n_rollouts.get_ydata().tolist() == [8, 8, 8]
-    assert [t.get_text() for t in rows.get_legend().get_texts()] == ["run a · n_rows (n=1)", "run a · n_rollouts (n=1)"]
+    # one entry for the setting (its colour, its seeds), one per line style
+    assert [t.get_text() for t in rows.get_legend().get_texts()] == ["run a (n=1)", "n_rows", "n_rollouts"]
+
+
+def test_success_per_rollout_and_score_per_row_share_a_panel():
+    history = short_run_history().assign(**{"critic/score/mean": [0.0, 0.25, 1.0]})
+    ax = draw_panel(long_form(history, setting="both_on"), "success").axes[0]
+    success, score = ax.lines[:2]
+    assert success.get_ydata().tolist() == [0.0, 0.5, 1.0] and score.get_ydata().tolist() == [0.0, 0.25, 1.0]
+    assert (success.get_linestyle(), score.get_linestyle()) == ("-", "--")
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["both_on (n=1)", "success (reward) per rollout", "score per row: k rows count k times"]
+
+
+def test_a_curve_several_settings_share_is_drawn_once_in_grey_with_one_legend_entry():
+    # three settings, one seed each: n_rows differ, n_rollouts is 8 at every step for all three
+    table = pd.concat(
+        [
+            long_form(short_run_history().assign(**{"training/n_sample": rows}), setting=name, seed=0)
+            for name, rows in (("both_on", [12, 10, 9]), ("both_off", [12, 11, 11]), ("both_on_cap2", [13, 10, 9]))
+        ]
+    )
+    ax = draw_panel(table, "rows_vs_rollouts").axes[0]
+    assert len(ax.lines) == 4  # three n_rows lines and one n_rollouts line
+    shared = ax.lines[-1]
+    assert shared.get_color() == "0.3" and shared.get_ydata().tolist() == [8, 8, 8]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == [
+        "both_on (n=1)",  # in the table's order
+        "both_off (n=1)",
+        "both_on_cap2 (n=1)",
+        "n_rows",
+        "n_rollouts: same for every setting (n=1)",  # one entry: its grey line shows the style
+    ]
+    colours = {line.get_color() for line in ax.lines[:3]}
+    assert colours == {"C0", "C1", "C2"}  # each setting its own colour (setting_colours)
+
+
+def test_seeds_band_draws_every_seed_thin_beside_the_mean():
+    ax = plot_bands(table(), "training/reward", band="seeds").axes[0]
+    # setting on: mean + 3 seeds; off: mean + 2 seeds
+    assert len(ax.lines) == 1 + 3 + 1 + 2
+    assert ax.get_legend().get_title().get_text() == "mean over n = 2–3 seeds (thick) and each seed (thin)"
+
+
+def test_the_loss_scale_panel_puts_every_mode_on_one_updates_scale():
+    history = short_run_history().assign(**{"lab/loss_scale_per_mini_batch": [1.0, 1.0, 1.0]})
+    ax = draw_panel(long_form(history, setting="both_off"), "loss_scale").axes[0]
+    assert "per PPO mini-batch" in ax.get_title() and ax.lines[0].get_ydata().tolist() == [1.0, 1.0, 1.0]
 
 
 def test_a_panel_whose_metrics_are_missing_is_refused_by_name():
@@ -68,13 +117,14 @@ def test_each_setting_keeps_its_colour_in_every_figure():
 def test_panels_keep_only_metrics_present_and_save_png_and_svg(tmp_path):
     fig = plot_panels(table(), band="ci95", overlay=table().assign(source="wandb", run="real"))
     titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
-    assert titles == ["success / reward", "rows vs rollouts per step"]  # reward stands in for the missing success
+    assert titles == ["success per rollout vs score per row", "rows vs rollouts per step"]  # reward for success
+    assert fig.get_suptitle() == "settings compared: mean and 95% t-interval of the mean over n = 2–3 seeds"
     paths = save_figure(fig, tmp_path / "panels")
     assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 1000 for p in paths)
     single = plot_bands(table(), "training/reward")
     legend = single.axes[0].get_legend()
-    assert [t.get_text() for t in legend.get_texts()] == ["off (n=2)", "on (n=3)"]
-    assert legend.get_title().get_text() == "mean ± 1 std across seeds"  # the band is always labelled
+    assert [t.get_text() for t in legend.get_texts()] == ["on (n=3)", "off (n=2)"]
+    assert legend.get_title().get_text() == "mean ± 1 std over n = 2–3 seeds"  # the band is always labelled, with n
 
 
 def test_save_panels_writes_the_combined_figure_and_one_file_per_panel(tmp_path):

@@ -3,7 +3,8 @@ from omegaconf import OmegaConf
 
 from agl_lab import ConfigError, compose_config, diagnose
 from agl_lab.config.checks import lab_estimator_problem
-from agl_lab.config.doctor import raise_for_errors
+from agl_lab.config.doctor import raise_for_errors, settings_frame
+from agl_lab.config.settings import SETTINGS
 from agl_lab.lab.examples import EXAMPLE_OVERRIDES
 
 
@@ -131,6 +132,7 @@ def test_both_off_is_plain_verl_and_fine():
             "needs sum_pi_squared from the actor",
         ),
         (["algorithm.adv_estimator=gdpo"], "algorithm.adv_estimator", "gdpo needs the reward components"),
+        (["lab.actor=verll"], "lab.actor", "unknown value 'verll' (did you mean 'verl'?)"),
     ],
 )
 def test_errors_name_the_key_and_the_fix(dotlist, key, text):
@@ -176,3 +178,11 @@ def test_the_lab_says_which_estimators_it_cannot_run(estimator):
     assert f"algorithm.adv_estimator={estimator} needs" in lab_estimator_problem(cfg)
     assert "use grpo, rloo or reinforce_plus_plus here" in lab_estimator_problem(cfg)
     assert lab_estimator_problem(compose_config(dotlist=["algorithm.adv_estimator=rloo"])) is None
+
+
+def test_the_settings_table_names_each_setting_with_the_catalogues_label():
+    frame = settings_frame(compose_config(overrides=EXAMPLE_OVERRIDES))
+    assert list(frame.columns) == ["setting", "key", "value", "default", "meaning"]
+    assert frame.setting.tolist() == [s.label for s in SETTINGS.values()]
+    estimator = frame.set_index("key").loc["algorithm.adv_estimator"]
+    assert (estimator["value"], estimator["default"]) == ("grpo", "gae")

@@ -48,5 +48,13 @@ def test_success_first_last_takes_at_least_one_step():
 
 
 def test_markdown_table_has_a_header_a_rule_and_one_line_per_row():
-    table = markdown_table(pd.DataFrame({"setting": ["a", "b"], "x": [0.123456, 2.0]}))
-    assert table.splitlines() == ["| setting | x |", "|---|---|", "| a | 0.123 |", "| b | 2 |"]
+    table = markdown_table(
+        pd.DataFrame({"setting": ["a", "b", "c"], "x": [0.123456, 2.0, 1103.0], "y": [80.84, 1.0, float("nan")]})
+    )
+    assert table.splitlines() == [
+        "| setting | x | y |",
+        "|---|---|---|",
+        "| a | 0.123 | 80.8 |",
+        "| b | 2 | 1 |",
+        "| c | 1103 | nan |",  # no exponent form (1.1e+03)
+    ]

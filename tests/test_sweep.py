@@ -1,12 +1,14 @@
 """Sweeps of settings × seeds: Ray and serial executors agree, a killed cell resumes, a failing cell is kept apart."""
 
 import json
+import os
 import re
 
 import pandas as pd
 import pytest
 
 from agl_lab import ConfigError
+from agl_lab.curves.history import read_wandb_offline
 from agl_lab.training.sweep import plan_sweep, run_sweep
 from conftest import TINY_RUN, start_gated
 
@@ -40,6 +42,27 @@ def test_serial_sweep_table_and_cells(tmp_path):
     assert set(rollout_level.setting) == {"both_on"}
     cell = json.loads((tmp_path / "serial" / "both_off" / "seed-1" / "cell.json").read_text())
     assert cell["status"] == "done" and "lab.seed=1" in cell["dotlist"]
+
+
+def test_wandb_mode_is_each_cells_setting_not_the_environments(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    result = run_sweep(
+        {"both_on": []},
+        [0],
+        sweep_dir=tmp_path / "s",
+        dotlist=[*TINY_RUN, "trainer.logger=[wandb]"],
+        executor="serial",
+        progress=False,
+        wandb_mode="offline",
+    )
+    assert os.environ["WANDB_MODE"] == "disabled"
+    cell = json.loads((tmp_path / "s" / "both_on" / "seed-0" / "cell.json").read_text())
+    assert cell["status"] == "done" and "lab.wandb_mode=offline" in cell["dotlist"]
+    wandb_runs = read_wandb_offline(tmp_path / "s")
+    assert wandb_runs.run.nunique() == 1 and set(wandb_runs.step) == {1, 2}
+    assert set(result.table.setting) == {"both_on"}
+    with pytest.raises(ValueError, match=r"wandb_mode must be one of \['auto', 'online', 'offline', 'disabled'\]"):
+        run_sweep({"a": []}, [0], sweep_dir=tmp_path / "t", executor="serial", wandb_mode="offlne")
 
 
 def test_ray_and_serial_executors_give_the_same_table(tmp_path):

@@ -107,6 +107,20 @@ def test_a_configured_wandb_mode_is_respected(tmp_path, monkeypatch):
     assert result.wandb_run is None and not (result.run_dir / "wandb").exists()
 
 
+def test_lab_wandb_mode_sets_the_mode_for_that_run_and_leaves_the_environment_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    environ = own_environ()
+    result = train(tiny_cfg(tmp_path / "a", "trainer.logger=[wandb]", "lab.wandb_mode=offline"), progress=False)
+    _, run = finished_offline_run(result.run_dir)
+    assert run.complete and [row["_step"] for row in run.history] == [1, 2]
+    assert own_environ() == environ  # WANDB_MODE is still the caller's "disabled"
+    assert train(tiny_cfg(tmp_path / "b", "trainer.logger=[wandb]"), progress=False).wandb_run is None  # auto
+    monkeypatch.delenv("WANDB_MODE")
+    disabled = train(tiny_cfg(tmp_path / "c", "trainer.logger=[wandb]", "lab.wandb_mode=disabled"), progress=False)
+    assert disabled.wandb_run is None and not (disabled.run_dir / "wandb").exists()
+
+
 def test_a_backend_that_fails_to_start_warns_once_and_the_run_goes_on(tmp_path, recorder, capsys):
     recorder.fail_on["wandb"] = "start"
     with pytest.warns(TrackerWarning, match="'wandb' failed to start .*ConnectionError") as caught:

@@ -43,6 +43,7 @@ LAB = (
     "lab/context_rewrites",
     "lab/generated_tokens",
     "lab/loss_scale",
+    "lab/loss_scale_per_mini_batch",
 )
 ROLLOUT_LEVEL = (
     "training/rollout_level_advantage/n_rows",
@@ -113,6 +114,11 @@ def test_every_setting_combination_trains_and_logs_agent_lightnings_metrics(
                 assert record["lab/loss_scale"] == pytest.approx(ratio)
         if loss_mode == "vanilla":  # token-mean: each mini-batch's weights sum to 1
             assert record["lab/loss_scale"] == pytest.approx(trained // MINI_ROWS)
+            assert record["lab/loss_scale_per_mini_batch"] == pytest.approx(1.0)
+        # per mini-batch: the step's total shared by its trained mini-batches
+        assert record["lab/loss_scale_per_mini_batch"] == pytest.approx(
+            record["lab/loss_scale"] / (trained // MINI_ROWS)
+        )
     timings = lines(result.run_dir / "timings.jsonl")
     assert [t["step"] for t in timings] == [1, 2] and all(t["timing_s/step"] > 0 for t in timings)
     assert (result.run_dir / "config.yaml").exists()

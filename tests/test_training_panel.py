@@ -3,7 +3,8 @@
 import pytest
 
 from agl_lab import short_run_config
-from agl_lab.ui.training_panel import TrainingPanel
+from agl_lab.config.settings import DEMO_SETTINGS
+from agl_lab.ui.training_panel import TrainingPanel, demo_setting_name
 from conftest import TINY_RUN
 
 
@@ -21,8 +22,13 @@ def test_training_panel_runs_in_a_thread_and_shows_figures_and_the_run_directory
     assert not panel.running and panel.error is None
     assert not result.stopped and len(result.history) == 2 and len(panel.history) == 2
     assert all(len(figure.image.value) > 1000 for figure in panel.figures.values())
-    assert "Run finished" in panel.status.value and str(result.run_dir) in panel.links.value
-    assert (result.run_dir / "metrics.jsonl").exists()
+    shown = result.run_dir.relative_to(result.run_dir.parents[1])  # runs/<time>-short_run-s0, as the reader knows it
+    assert "Run finished" in panel.status.value and f"<code>{shown}</code>" in panel.links.value
+    assert shown.parts[0] == "runs" and (result.run_dir / "metrics.jsonl").exists()
+    # Agent Lightning's defaults are the demo's both_on: the live figures use its name and colour (C0)
+    legend = panel.figures["success"].ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()][0] == "both_on (n=1)" and legend.get_title().get_text() == ""
+    assert panel.figures["success"].ax.lines[0].get_color() == "C0"
     assert not panel.run_button.disabled and panel.stop_button.disabled
 
 
@@ -63,3 +69,10 @@ def test_a_refused_config_is_shown_in_red_and_the_panel_stays_usable(training_pa
     assert panel.wait(timeout=120) is None
     assert "ppo_mini_batch_size (5) is larger than data.train_batch_size (2)" in panel.error
     assert "Run failed" in panel.status.value and not panel.run_button.disabled
+
+
+def test_a_run_is_named_after_the_demo_setting_it_matches():
+    for name, items in DEMO_SETTINGS.items():
+        assert demo_setting_name(short_run_config(dotlist=list(items))) == name
+    assert demo_setting_name(short_run_config()) == "both_on"  # Agent Lightning's defaults
+    assert demo_setting_name(short_run_config(dotlist=["agentlightning.max_ppo_update_times=3"])) == "this run"

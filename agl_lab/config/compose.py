@@ -7,7 +7,10 @@ OmegaConf merge, a key that does not exist is an error naming the nearest valid 
 wrong type is an error naming the expected type: a misspelt setting must never be silently ignored.
 
 The short-run trainer reads the same keys as Agent Lightning's trainer, so an experiment exports to it
-by dropping ``lab:``. Notebook: ``notebooks/02_config_check.ipynb``.
+by dropping ``lab:``. Every entrance composes from one of the named :data:`BASES` and says which: ``agl`` (Agent
+Lightning's defaults: what ``agl-lab launch`` sends), ``example`` (+ the example overrides: ``agl-lab check``) and
+``short-run`` (+ the short-run preset: ``agl-lab train``, ``demo``, ``sweep``, the notebooks' runs).
+Notebook: ``notebooks/02_config_check.ipynb``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import copy
 import difflib
 import functools
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +35,33 @@ from agl_lab.config.lab_config import LabConfig
 from agl_lab.config.secrets import redact_argv
 from agl_lab.config.tree import leaves, paths
 
-__all__ = [
-    "SHORT_RUN_YAML",
-    "ConfigError",
-    "base_config",
-    "compose_config",
-    "shared_base",
-    "key_problem",
-    "short_run_config",
-    "short_run_overrides",
-    "type_problem",
-]
+__all__ = ["BASES", "SHORT_RUN_YAML", "Base", "ConfigError", "base_config", "compose_config", "compose_from"]
+__all__ += ["key_problem", "shared_base", "short_run_config", "short_run_overrides", "type_problem"]
 
 SHORT_RUN_YAML = Path(__file__).with_name("conf") / "short_run.yaml"
+
+
+@dataclass(frozen=True)
+class Base:
+    """A named starting point: Agent Lightning's defaults, plus the overrides in ``yaml`` (none for ``agl``)."""
+
+    name: str
+    label: str  # one line: what every subcommand prints as the base it composed from
+    yaml: Path | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        """This base's overrides over Agent Lightning's defaults, as a nested dict (empty for ``agl``)."""
+        return OmegaConf.to_container(OmegaConf.load(self.yaml)) if self.yaml else {}
+
+
+_AGL = "Agent Lightning's defaults"
+BASES: dict[str, Base] = {  # what each entrance composes from; `agl-lab check --base NAME` checks any
+    "agl": Base("agl", f"{_AGL} (verl's ppo_trainer + Agent Lightning's additions), nothing else"),
+    "example": Base(
+        "example", f"{_AGL} + conf/example.yaml (grpo, 2 prompts x 3 rollouts)", SHORT_RUN_YAML.parent / "example.yaml"
+    ),
+    "short-run": Base("short-run", f"{_AGL} + conf/short_run.yaml (grpo, 8 locks x 8 rollouts)", SHORT_RUN_YAML),
+}
 
 
 class ConfigError(ValueError):
@@ -108,19 +126,26 @@ def compose_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence
     return cfg
 
 
+def compose_from(base: str, overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = ()) -> DictConfig:
+    """``compose_config`` starting from the named base (a key of :data:`BASES`): its overrides, then yours."""
+    if base not in BASES:
+        raise ConfigError(f"unknown base {base!r}: choose one of {', '.join(BASES)}")
+    merged = {**dict(leaves(BASES[base].overrides())), **dict(leaves(overrides or {}))}
+    return compose_config(overrides=merged, dotlist=dotlist)
+
+
 def short_run_overrides() -> dict[str, Any]:
     """The short-run sizes (``conf/short_run.yaml``) as a nested overrides dict."""
-    return OmegaConf.to_container(OmegaConf.load(SHORT_RUN_YAML))
+    return BASES["short-run"].overrides()
 
 
 def short_run_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = ()) -> DictConfig:
-    """``compose_config`` with the short-run sizes (``conf/short_run.yaml``) under your ``overrides`` and ``dotlist``.
+    """``compose_from("short-run", ...)``: the lab trainer's preset under your ``overrides`` and ``dotlist``.
 
-    The lab trainer's preset: what an Agent Lightning example script passes as its overrides dict, sized so that
-    the tiny default policy learns the default task in about a minute on 2 CPU cores.
+    What an Agent Lightning example script passes as its overrides dict, sized so that the tiny default policy
+    learns the default task in about a minute on 2 CPU cores.
     """
-    merged = {**dict(leaves(short_run_overrides())), **dict(leaves(overrides or {}))}
-    return compose_config(overrides=merged, dotlist=dotlist)
+    return compose_from("short-run", overrides, dotlist)
 
 
 def key_problem(path: str, base: DictConfig) -> str | None:
@@ -197,8 +222,9 @@ def _parse_dotlist(dotlist: Sequence[str]) -> list[tuple[str, Any, str]]:
             first_line = first_line.replace(item, _shown(item))  # a secret's value is never echoed
             edits.append((_shown(item), f"{first_line}: write key.path=value (quote values with spaces)", "error"))
             continue
-        if override.is_sweep_override():
-            edits.append((_shown(item), _SWEEP.format(item=_shown(item)), "error"))
+        if override.is_sweep_override():  # key=a,b or range(3): several values, one config cannot hold them
+            shown = _shown(item)  # a secret's value is never echoed
+            edits.append((shown, f"{shown}: several values (a sweep) are accepted only by `agl-lab sweep`", "error"))
         elif override.is_delete():
             edits.append((override.key_or_group, None, "delete"))
         elif override.is_add() or override.is_force_add():
@@ -224,12 +250,6 @@ def _nearest(path: str, prefix: str, node: DictConfig) -> str:
 def _short(exc: Exception) -> str:
     text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)  # str(KeyError) adds quotes
     return str(text).splitlines()[0]
-
-
-_SWEEP = (  # key=a,b, range(3), choice(...): Hydra's multirun syntax; one config holds one value per key
-    "{item}: several values (a sweep) are accepted only by `agl-lab sweep` (in Python: agl_lab.run_sweep with one "
-    "setting per value, or seeds=[...])"
-)
 
 
 def _shown(item: str) -> str:

@@ -73,6 +73,7 @@ def settings_frame(cfg: DictConfig) -> pd.DataFrame:
 
     rows = [
         {
+            "setting": setting.label,  # the catalogue's words, as every panel and the CLI show them
             "key": key,
             "value": show(OmegaConf.select(cfg, key, default=None)),
             "default": show(setting.default),

@@ -12,10 +12,12 @@ from typing import Any
 
 from agl_lab.core.loss import DIVISORS
 
-__all__ = ["TASKS", "LabConfig", "lab_field_rule"]
+__all__ = ["ACTORS", "TASKS", "LabConfig", "lab_field_rule"]
 
 # The agent tasks a short run can train on (agl_lab.training.tasks implements each).
 TASKS = ("lock",)
+# The actor backends of a short run: agl_lab's own update loop, or verl's actor engine (agl_lab.training.*_actor).
+ACTORS = ("lab", "verl")
 
 
 def _field(default: Any, *, choices: tuple = (), low: float | None = None, high: float | None = None) -> Any:
@@ -55,6 +57,15 @@ class LabConfig:
     # The run directory (config.yaml, metrics.jsonl, timings.jsonl, policy/, wandb/). null = a fresh
     # runs/<time>-<trainer.experiment_name>-s<seed> under the working directory.
     run_dir: str | None = None
+    # Who computes old log-probs and runs the PPO update: "lab" = agl_lab's own loop of verl's parts on the lab's policy
+    # (agl_lab.training.actor); "verl" = verl 0.9.1's own actor engine (ActorRolloutRefWorker, FSDP2, fp32) in this
+    # process, its weights copied back into the policy after each update (agl_lab.training.verl_actor). Both take the
+    # loss from verl's registry and agree to 1e-5 (shuffle off). "lab" is the default: faster at lab sizes (verl's
+    # fixed per-call costs: ~2.5x the time per step at the default size, 1.1x at hidden 256; benchmarks/bench_actor.py).
+    actor: str = _field("lab", choices=ACTORS)
+    # W&B's mode for a run's wandb backend: auto = $WANDB_MODE when set, else online when a key is configured, else
+    # offline. Set here (a sweep's wandb_mode sets it per cell), it applies to that run only, never the environment.
+    wandb_mode: str = _field("auto", choices=("auto", "online", "offline", "disabled"))
     # torch CPU threads while a run trains (restored after); 0 = leave torch's setting. 1 suits the tiny policy: its
     # ops are too small to split, and extra threads spin-wait when the cores are busy (measured on 2 shared cores:
     # a default run took 8 s with 1 thread, 100 s with 2).

@@ -38,10 +38,15 @@ def success_first_last(success: pd.Series | np.ndarray) -> tuple[float, float]:
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
-    """``frame`` as a Markdown table, floats to 3 significant digits."""
+    """``frame`` as a Markdown table: whole numbers as integers, other floats to 3 significant digits (never in
+    exponent form)."""
 
     def cell(value) -> str:
-        return f"{value:.3g}" if isinstance(value, float) else str(value)
+        if not isinstance(value, float) or not np.isfinite(value):
+            return str(value)
+        if value.is_integer() or abs(value) >= 100:
+            return f"{value:.0f}"
+        return f"{value:.3g}"
 
     header = "| " + " | ".join(frame.columns) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"

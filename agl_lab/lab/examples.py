@@ -13,18 +13,14 @@ from typing import Any
 from omegaconf import DictConfig
 from verl import DataProto
 
-from agl_lab.config.compose import compose_config
+from agl_lab.config.compose import BASES, compose_config
 from agl_lab.core.rows import build_rows
 
 __all__ = ["EXAMPLE_OVERRIDES", "example_rows", "rows_from_plan", "seed_example"]
 
-# The overrides that fit example_rows(), as Agent Lightning's example scripts pass theirs: GRPO, no KL in the
-# reward, 2 prompts × 3 rollouts per step, PPO mini-batches of 1 prompt = 3 rows.
-EXAMPLE_OVERRIDES: dict[str, Any] = {
-    "algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False},
-    "data": {"train_batch_size": 2},
-    "actor_rollout_ref": {"rollout": {"n": 3}, "actor": {"ppo_mini_batch_size": 1}},
-}
+# The overrides that fit example_rows() (base `example`, conf/example.yaml), as Agent Lightning's example scripts pass
+# theirs: GRPO, no KL in the reward, 2 prompts × 3 rollouts per step, PPO mini-batches of 1 prompt = 3 rows.
+EXAMPLE_OVERRIDES: dict[str, Any] = BASES["example"].overrides()
 
 
 def example_rows() -> DataProto:

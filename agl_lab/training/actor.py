@@ -35,9 +35,56 @@ from verl.workers.config.optimizer import build_optimizer
 
 from agl_lab.training.policy import Policy, score
 
-__all__ = ["build_optimizer_and_scheduler", "compute_log_probs", "update_actor"]
+__all__ = ["LabActor", "build_optimizer_and_scheduler", "compute_log_probs", "update_actor"]
 
 _SCORE_FIELDS = ("input_ids", "attention_mask", "position_ids")
+
+
+class LabActor:
+    """``lab.actor=lab``: this module's loop on the lab's ``Policy``, trained in place, with verl's optimizer and
+    LR schedule (stepped once per update, as verl's trainer does).
+
+    The interface :class:`agl_lab.training.verl_actor.VerlActor` shares: :meth:`compute_log_probs`, :meth:`update`,
+    :meth:`close`.
+    """
+
+    def __init__(
+        self, policy: Policy, actor: ActorConfig, *, mini_batch_rows: int, log_prob_micro: int, total_steps: int
+    ) -> None:
+        self.policy, self.actor = policy, actor
+        self.mini_batch_rows, self.log_prob_micro = mini_batch_rows, log_prob_micro
+        self.optimizer, self.scheduler = build_optimizer_and_scheduler(policy, actor, total_steps=total_steps)
+
+    def compute_log_probs(
+        self, batch: DataProto, *, temperature: float, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return compute_log_probs(
+            self.policy, batch, micro_batch_size=self.log_prob_micro, temperature=temperature, with_entropy=with_entropy
+        )
+
+    def update(self, batch: DataProto, *, temperature: float, step: int) -> dict[str, float]:
+        """:func:`update_actor`, then one LR-schedule step; ``actor/lr`` is the LR this update trained with."""
+        metrics = update_actor(
+            self.policy,
+            self.optimizer,
+            batch,
+            actor=self.actor,
+            mini_batch_rows=self.mini_batch_rows,
+            temperature=temperature,
+            step=step,
+        )
+        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        return metrics
+
+    def close(self) -> None:
+        pass  # nothing outside the policy, which the run keeps
+
+    def __enter__(self) -> LabActor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def update_actor(

@@ -9,8 +9,9 @@ and policy (``agl_lab.short_run_config``), same seed, one setting apart (``agl_l
 
 Written to the output folder: the standard panels of :mod:`agl_lab.curves.figures` (``panels.png`` and one PNG per
 panel: ``success.png``, ``rows_vs_rollouts.png``, ``drops.png``, ``loss_scale.png``), ``summary.csv`` and
-``summary.md`` (one line per setting, :func:`agl_lab.curves.summary.summarize`) and each run's directory
-``<setting>/seed-<seed>/``. Notebook: ``notebooks/03_short_training_runs.ipynb``.
+``summary.md`` (one line per setting, :func:`agl_lab.curves.summary.summarize`; ``make readme`` copies the latter
+into the README) and each run's directory ``<setting>/seed-<seed>/``. ``agl-lab sweep`` writes the same files for
+settings × seeds (:func:`save_results`). Notebook: ``notebooks/03_short_training_runs.ipynb``.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from pathlib import Path
 
 from agl_lab.config.compose import short_run_config
 from agl_lab.config.settings import DEMO_SETTINGS
+from agl_lab.curves.bands import Band
 from agl_lab.curves.figures import save_panels
 from agl_lab.curves.summary import markdown_table, summarize
 from agl_lab.training.sweep import SweepResult, run_sweep
 
-__all__ = ["run_demo"]
+__all__ = ["demo_summary", "run_demo", "save_results"]
 
 
 def run_demo(
@@ -43,13 +45,21 @@ def run_demo(
     out = Path(out_dir) if out_dir is not None else Path("runs") / f"demo-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     seed = int(short_run_config(dotlist=dotlist).lab.seed)
     result = run_sweep(settings, [seed], sweep_dir=out, dotlist=dotlist, executor="serial", progress=progress)
+    return save_results(result, out)
+
+
+def save_results(result: SweepResult, out: str | Path, *, band: Band = "std") -> SweepResult:
+    """Write a sweep's panels (with ``band`` across seeds), ``summary.csv`` and ``summary.md`` into ``out``; set
+    ``result.figures`` (name → path). The demo and ``agl-lab sweep`` both end here; nothing is written for an empty
+    table."""
+    out = Path(out)
     if result.table.empty:
         return result
     summary = demo_summary(result)
     (out / "summary.csv").write_text(summary.to_csv(index=False))
     (out / "summary.md").write_text(markdown_table(summary))
     result.figures = {
-        **save_panels(result.table, out),
+        **save_panels(result.table, out, band=band),
         "summary.csv": out / "summary.csv",
         "summary.md": out / "summary.md",
     }

@@ -35,6 +35,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from agl_lab.config.compose import short_run_config
+from agl_lab.config.lab_config import lab_field_rule
 from agl_lab.config.secrets import mask_secrets, secret_values
 from agl_lab.core.loss import ray_runtime_env
 from agl_lab.training.locks import directory_lock
@@ -124,14 +125,22 @@ def run_sweep(
     address: str | None = None,
     num_cpus: int | None = None,
     progress: bool = True,
+    wandb_mode: str | None = None,
 ) -> SweepResult:
     """Run every unfinished cell and collect the finished ones into one table.
 
     ``executor="ray"`` uses a running Ray instance, the cluster at ``address``, or starts a local one with
     ``num_cpus`` (default: the machine's cores); ``"serial"`` runs the cells here, one after another.
+    ``wandb_mode`` (``online``, ``offline``, ``disabled``): every cell's ``lab.wandb_mode``, so the cells' W&B runs
+    go where you say without touching ``WANDB_MODE`` in your environment (None: each cell's default, ``auto``).
     """
     if executor not in ("ray", "serial"):
         raise ValueError(f"executor must be 'ray' or 'serial', got {executor!r}")
+    if wandb_mode is not None:
+        modes = lab_field_rule("wandb_mode")["choices"]
+        if wandb_mode not in modes:
+            raise ValueError(f"wandb_mode must be one of {list(modes)} (or None), got {wandb_mode!r}")
+        dotlist = [*dotlist, f"lab.wandb_mode={wandb_mode}"]
     cells = plan_sweep(settings, seeds, sweep_dir=sweep_dir, overrides=overrides, dotlist=dotlist)
     stopped, interrupted_by = False, None
     with directory_lock(sweep_dir, purpose="sweep"), sigterm_as_interrupt():

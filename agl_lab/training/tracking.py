@@ -4,10 +4,11 @@ Each backend (``console``, ``wandb``, ``file``, ``tensorboard``, …) gets its o
 fails to start or to log is warned about once and dropped while the run and the other backends go on: a
 tracker must never cost a researcher a finished run. Everything a backend writes lands in the run directory:
 
-* W&B: the run sits at ``<run_dir>/wandb/offline-run-*/`` (or ``run-*`` online). Offline by default: with
-  ``WANDB_MODE`` unset and no key configured (``WANDB_API_KEY`` or a ``wandb login`` entry in ``~/.netrc``) the
-  run is logged offline; ``wandb sync`` uploads it later. W&B reads ``WANDB_*`` variables once per process, so
-  the directory and mode go through ``wandb.setup`` for each run instead (and are restored after it starts).
+* W&B: the run sits at ``<run_dir>/wandb/offline-run-*/`` (or ``run-*`` online). ``lab.wandb_mode`` chooses the
+  mode for this run (a sweep sets it per cell); with ``auto``, ``WANDB_MODE`` when set, else offline unless a key is
+  configured (``WANDB_API_KEY`` or a ``wandb login`` entry in ``~/.netrc``); ``wandb sync`` uploads it later.
+  W&B reads ``WANDB_*`` variables once per process, so the directory and mode go through ``wandb.setup`` for each
+  run instead (and are restored after it starts).
 * ``file``: ``<run_dir>/tracking.jsonl`` (verl's ``{"step": N, "data": {...}}`` lines); ``tensorboard``:
   ``<run_dir>/tensorboard/``. Paths you set yourself (``VERL_FILE_LOGGER_PATH``, ``TENSORBOARD_DIR``) win.
 
@@ -137,7 +138,9 @@ def open_tracker(cfg: DictConfig, *, run_dir: Path, tracking_cls: Callable[..., 
     config = redact(OmegaConf.to_container(cfg, resolve=True))
     backends: dict[str, Any] = {}
     wandb_run = None
-    with _start_lock, _backend_env(run_dir, wandb_backend="wandb" in names):
+    mode = OmegaConf.select(cfg, "lab.wandb_mode", default="auto")
+    wandb_mode = None if mode == "auto" else mode
+    with _start_lock, _backend_env(run_dir, wandb_backend="wandb" in names, wandb_mode=wandb_mode):
         for name in names:
             try:
                 backends[name] = tracking_cls(
@@ -185,7 +188,7 @@ def _names(cfg: DictConfig) -> list[str]:
 
 
 @contextlib.contextmanager
-def _backend_env(run_dir: Path, *, wandb_backend: bool) -> Iterator[None]:
+def _backend_env(run_dir: Path, *, wandb_backend: bool, wandb_mode: str | None = None) -> Iterator[None]:
     """Point every backend at ``run_dir`` while they start (they read these settings only then); hide secrets."""
     paths = {"VERL_FILE_LOGGER_PATH": str(run_dir / "tracking.jsonl"), "TENSORBOARD_DIR": str(run_dir / "tensorboard")}
     chosen = {k: v for k, v in paths.items() if k not in os.environ}  # paths the user set stay theirs
@@ -195,7 +198,7 @@ def _backend_env(run_dir: Path, *, wandb_backend: bool) -> Iterator[None]:
     restore_wandb = None
     if wandb_backend:
         try:
-            restore_wandb = _point_wandb_at(run_dir)
+            restore_wandb = _point_wandb_at(run_dir, wandb_mode)
         except Exception as exc:  # noqa: BLE001 — the wandb backend will then fail to start, with its own warning
             _warn(f"could not point W&B at the run directory ({type(exc).__name__}: {exc})")
     try:
@@ -208,13 +211,14 @@ def _backend_env(run_dir: Path, *, wandb_backend: bool) -> Iterator[None]:
             restore_wandb()
 
 
-def _point_wandb_at(run_dir: Path) -> Callable[[], None]:
-    """Set W&B's process-wide directory and mode for the next ``wandb.init``; return what puts them back."""
+def _point_wandb_at(run_dir: Path, mode: str | None = None) -> Callable[[], None]:
+    """Set W&B's process-wide directory and mode (``None``: the default) for the next ``wandb.init``; return what
+    puts them back."""
     import wandb
 
     settings = wandb.setup().settings
     previous = {name: getattr(settings, name) for name in ("root_dir", "mode", "silent")}
-    mode = os.environ.get("WANDB_MODE") or ("online" if wandb_key_configured() else "offline")
+    mode = mode or os.environ.get("WANDB_MODE") or ("online" if wandb_key_configured() else "offline")
     # silent: the trainer reports where the W&B run is; wandb's banner would bury the CLI's last line
     wandb.setup(settings=wandb.Settings(root_dir=str(run_dir), mode=mode, silent=True))
     return lambda: wandb.setup(settings=wandb.Settings(**{k: v for k, v in previous.items() if v is not None}))

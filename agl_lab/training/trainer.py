@@ -10,7 +10,12 @@ Each step (AGL_FACTS.md §Trainer step order):
 3. old log-probs (``actor/entropy``) and, for a KL term, reference log-probs of the initial policy;
 4. :func:`agl_lab.compute_advantages`: rewards, rollout-level or verl advantage, ``per_rollout_mean``
    normalization — verl's data metrics and ``training/rollout_level_advantage/*``;
-5. the PPO update (:mod:`agl_lab.training.actor`) with the policy loss from verl's registry — ``actor/*``.
+5. the PPO update with the policy loss from verl's registry — ``actor/*``.
+
+Steps 3 and 5 run on the backend ``lab.actor`` names: ``lab`` = agl_lab's own update loop on the lab's policy
+(:class:`agl_lab.training.actor.LabActor`, the default: faster at lab sizes), ``verl`` = verl's own actor engine in
+this process (:class:`agl_lab.training.verl_actor.VerlActor`), whose weights are copied back into the lab's policy
+after each update. The policy samples either way; reference log-probs come from a frozen copy of the initial policy.
 
 It reads the keys the real trainer reads (``data.*``, ``actor_rollout_ref.*``, ``algorithm.*``,
 ``agentlightning.*``, ``trainer.total_training_steps``/``logger``/``project_name``/``experiment_name``) plus
@@ -43,7 +48,7 @@ from agl_lab.config.doctor import diagnose, raise_for_errors
 from agl_lab.core.aggregation import aggregate, aggregation_limits
 from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, select_rows
 from agl_lab.lab.loss_scale import loss_scale
-from agl_lab.training.actor import build_optimizer_and_scheduler, compute_log_probs, update_actor
+from agl_lab.training.actor import LabActor, compute_log_probs
 from agl_lab.training.policy import build_policy
 from agl_lab.training.process_state import Terminated, sigterm_as_interrupt, torch_threads
 from agl_lab.training.rollout import collect_rollouts, sampling_params
@@ -56,6 +61,12 @@ __all__ = ["TrainResult", "train"]
 
 class StopEvent(Protocol):
     def is_set(self) -> bool: ...
+
+
+class ActorBackend(Protocol):  # LabActor (lab.actor=lab) and VerlActor (lab.actor=verl)
+    def compute_log_probs(self, batch: Any, *, temperature: float, with_entropy: bool) -> tuple[Any, Any]: ...
+    def update(self, batch: Any, *, temperature: float, step: int) -> dict[str, float]: ...
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -98,46 +109,47 @@ def _train(
     progress: bool,
 ) -> TrainResult:
     run = _Run(cfg, actor=actor, total_steps=steps)  # builds the policy: a bad model path fails before any file
-    session = open_session(cfg, tracker_factory=open_tracker)
-    history: list[dict[str, Any]] = []
-    timings: list[dict[str, Any]] = []
-    stopped = finished = False
-    interrupted_by = None
-    bar = tqdm(total=steps, desc=f"{cfg.trainer.experiment_name} s{cfg.lab.seed}", disable=not progress)
-    try:
-        for step in range(1, steps + 1):
-            if stop_event is not None and stop_event.is_set():
-                stopped = True
-                break
-            metrics, timing = run.step(step)
-            session.write(step, metrics, timing)
-            history.append({"step": step, **metrics})
-            timings.append({"step": step, **timing})
-            bar.update()
-            bar.set_postfix(success=metrics["lab/success_rate"], rows=metrics["training/n_sample"], refresh=False)
-            if on_step is not None:
-                on_step(history[-1])
-        finished = not stopped
-    except KeyboardInterrupt as exc:
-        stopped, interrupted_by = True, "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
-    finally:  # also on an error: what finished stays on disk, the policy is saved and the trackers are closed
-        bar.close()
-        close_errors = session.close(save_policy=run.policy.save, exit_code=0 if finished else 1)
-    if close_errors:  # only when the run itself raised nothing: that error would be the one to see
-        raise close_errors[0]
-    return TrainResult(
-        run_dir=session.run_dir,
-        history=pd.DataFrame(history),
-        timings=pd.DataFrame(timings),
-        stopped=stopped,
-        wandb_run=session.tracker.wandb_run,
-        config=cfg,
-        interrupted_by=interrupted_by,
-    )
+    with run.backend:  # closed last: the policy is saved first (the verl backend syncs it after every update)
+        session = open_session(cfg, tracker_factory=open_tracker)
+        history: list[dict[str, Any]] = []
+        timings: list[dict[str, Any]] = []
+        stopped = finished = False
+        interrupted_by = None
+        bar = tqdm(total=steps, desc=f"{cfg.trainer.experiment_name} s{cfg.lab.seed}", disable=not progress)
+        try:
+            for step in range(1, steps + 1):
+                if stop_event is not None and stop_event.is_set():
+                    stopped = True
+                    break
+                metrics, timing = run.step(step)
+                session.write(step, metrics, timing)
+                history.append({"step": step, **metrics})
+                timings.append({"step": step, **timing})
+                bar.update()
+                bar.set_postfix(success=metrics["lab/success_rate"], rows=metrics["training/n_sample"], refresh=False)
+                if on_step is not None:
+                    on_step(history[-1])
+            finished = not stopped
+        except KeyboardInterrupt as exc:
+            stopped, interrupted_by = True, "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+        finally:  # also on an error: what finished stays on disk, the policy is saved and the trackers are closed
+            bar.close()
+            close_errors = session.close(save_policy=run.policy.save, exit_code=0 if finished else 1)
+        if close_errors:  # only when the run itself raised nothing: that error would be the one to see
+            raise close_errors[0]
+        return TrainResult(
+            run_dir=session.run_dir,
+            history=pd.DataFrame(history),
+            timings=pd.DataFrame(timings),
+            stopped=stopped,
+            wandb_run=session.tracker.wandb_run,
+            config=cfg,
+            interrupted_by=interrupted_by,
+        )
 
 
 class _Run:
-    """The state of one run (policy, optimizer, task, settings) and its training step."""
+    """The state of one run (policy, actor backend, task, settings) and its training step."""
 
     def __init__(self, cfg: DictConfig, *, actor: Any, total_steps: int) -> None:
         lab = cfg.lab
@@ -149,20 +161,22 @@ class _Run:
         needs_ref = actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
         self.ref_policy = _frozen_copy(self.policy) if needs_ref else None
         self.kl_ctrl = get_kl_controller(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
-        self.optimizer, self.scheduler = build_optimizer_and_scheduler(self.policy, actor, total_steps=total_steps)
         self.sampling = sampling_params(cfg)
         self.limits = aggregation_limits(cfg)
         self.mini_batch_rows = mini_batch_rows(cfg)
         self.log_prob_micro = int(
             cfg.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu or actor.ppo_micro_batch_size_per_gpu
         )
+        self.backend = _backend(cfg, self, total_steps=total_steps)
 
     def step(self, step: int) -> tuple[dict[str, Any], dict[str, float]]:
         """One training step; returns its metrics (deterministic) and its timings (wall clock)."""
         timing: dict[str, float] = {}
         with _timed(timing, "step"):
             metrics, tokens = self._step(step, timing)
-        return plain_metrics(metrics), _timing_metrics(timing, tokens=tokens)
+        # the verl backend's memory and MFU figures vary from run to run: timings, never metrics.jsonl
+        perf = {key: metrics.pop(key) for key in [k for k in metrics if k.startswith("perf/")]}
+        return plain_metrics(metrics), {**_timing_metrics(timing, tokens=tokens), **plain_metrics(perf)}
 
     def _step(self, step: int, timing: dict[str, float]) -> tuple[dict[str, Any], int]:
         cfg, temperature = self.cfg, self.sampling.temperature
@@ -181,9 +195,7 @@ class _Run:
             return metrics, 0
 
         with _timed(timing, "old_log_prob"):
-            old_log_probs, entropy = compute_log_probs(
-                self.policy, batch, micro_batch_size=self.log_prob_micro, temperature=temperature, with_entropy=True
-            )
+            old_log_probs, entropy = self.backend.compute_log_probs(batch, temperature=temperature, with_entropy=True)
             batch.batch["old_log_probs"] = old_log_probs  # (rows, R)
             entropy_agg = agg_loss(entropy, batch.batch["response_mask"].bool(), self.actor.loss_agg_mode)
             metrics["actor/entropy"] = entropy_agg.item()
@@ -199,19 +211,13 @@ class _Run:
         with _timed(timing, "adv"):
             batch, adv_metrics = compute_advantages(batch, cfg, kl_ctrl=self.kl_ctrl)
             adv_metrics["lab/loss_scale"] = loss_scale(batch, cfg)
-        with _timed(timing, "update_actor"):
-            actor_metrics = update_actor(
-                self.policy,
-                self.optimizer,
-                batch,
-                actor=self.actor,
-                mini_batch_rows=self.mini_batch_rows,
-                temperature=temperature,
-                step=step,
+            # the same on one update's scale: token-mean gives each mini-batch 1, per_rollout_mean shares its total
+            adv_metrics["lab/loss_scale_per_mini_batch"] = adv_metrics["lab/loss_scale"] / (
+                len(batch) // self.mini_batch_rows
             )
-        actor_metrics["actor/lr"] = self.scheduler.get_last_lr()[0]  # the LR this step trained with
+        with _timed(timing, "update_actor"):
+            actor_metrics = self.backend.update(batch, temperature=temperature, step=step)
         actor_metrics["lab/ppo_updates"] = len(batch) // self.mini_batch_rows * int(self.actor.ppo_epochs)
-        self.scheduler.step()
         return {**metrics, **adv_metrics, **actor_metrics}, int(batch.batch["attention_mask"].sum())
 
     def _seed(self, stream: int, step: int) -> int:
@@ -239,6 +245,21 @@ def _check(cfg: DictConfig) -> tuple[int, Any]:
             f"verl refuses actor_rollout_ref.actor: {cause} (agl_lab.short_run_config sizes the batch for a short run)"
         ) from exc
     return steps, actor
+
+
+def _backend(cfg: DictConfig, run: _Run, *, total_steps: int) -> ActorBackend:
+    """The actor backend ``lab.actor`` names, on the run's policy (module docstring)."""
+    if cfg.lab.actor == "verl":
+        from agl_lab.training.verl_actor import VerlActor  # verl's engine workers load only when asked for
+
+        return VerlActor(cfg, run.policy, total_steps=total_steps)
+    return LabActor(
+        run.policy,
+        run.actor,
+        mini_batch_rows=run.mini_batch_rows,
+        log_prob_micro=run.log_prob_micro,
+        total_steps=total_steps,
+    )
 
 
 def _frozen_copy(policy):

@@ -1,7 +1,9 @@
 """Short training runs from a notebook (notebook 03): settings, task knobs, Run and Stop, live figures.
 
 Training runs in a background thread, because a cell that blocks cannot receive a Stop click; the figures are
-redrawn from the history as steps finish. Notebook: ``notebooks/03_short_training_runs.ipynb``.
+redrawn from the history as steps finish. A run whose three settings are one of the demo's is drawn under that
+setting's name and colour (``both_on`` blue, as in every other figure). Notebook:
+``notebooks/03_short_training_runs.ipynb``.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import html
 import threading
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import ipywidgets as w
@@ -19,11 +22,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from agl_lab.config.dotlist import format_dotlist
 from agl_lab.config.modes import trainable_modes
+from agl_lab.config.settings import DEMO_SETTINGS
+from agl_lab.config.tree import leaves
 from agl_lab.curves.figures import draw_panel
 from agl_lab.curves.history import long_form
 from agl_lab.ui.controls import WIDE, LiveFigure, control_overrides, settings_controls
 
-__all__ = ["TrainingPanel"]
+__all__ = ["TrainingPanel", "demo_setting_name"]
 
 
 class TrainingPanel:
@@ -50,6 +55,7 @@ class TrainingPanel:
         self.result = None
         self.error: str | None = None
         self.history = pd.DataFrame()
+        self.setting = demo_setting_name(self.cfg)  # the name (and colour) the run's figures use
         self._stop_event = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_draw = 0.0
@@ -100,10 +106,11 @@ class TrainingPanel:
         cfg = self.config()
         cfg.lab.run_dir = None
         cfg.lab.run_dir = str(create_run_dir(cfg))  # chosen now, so the panel can show it from the first step
+        self.setting = demo_setting_name(cfg)
         self.result, self.error, self.history = None, None, pd.DataFrame()
         self._stop_event.clear()
         self.run_button.disabled, self.stop_button.disabled = True, False
-        self.links.value = f"Run directory: <code>{html.escape(cfg.lab.run_dir)}</code>"
+        self.links.value = f"Run directory: <code>{html.escape(_shown(cfg.lab.run_dir))}</code>"
         self.status.value = f"Starting ({html.escape(' '.join(format_dotlist(self.settings())))}) …"
         self._thread = threading.Thread(target=self._train, args=(cfg,), name="agl-lab-training", daemon=True)
         self._thread.start()
@@ -154,9 +161,9 @@ class TrainingPanel:
 
     def _redraw(self) -> None:
         step = int(self.history["step"].iloc[-1])
-        table = long_form(self.history, setting="this run", seed=int(self.controls["seed"].value))
+        table = long_form(self.history, setting=self.setting, seed=int(self.controls["seed"].value))
         for name, figure in self.figures.items():
-            figure.render((step,), lambda ax, panel=name: draw_panel(table, panel, ax=ax))
+            figure.render((step,), lambda ax, panel=name: draw_panel(table, panel, ax=ax, band_label=""))
         self._last_draw = time.monotonic()
 
     def _controls(self, cfg: DictConfig) -> dict[str, w.ValueWidget]:
@@ -206,12 +213,30 @@ def _last_step(history: pd.DataFrame) -> str:
     )
 
 
+def demo_setting_name(cfg: DictConfig) -> str:
+    """The demo setting (``DEMO_SETTINGS``) whose keys ``cfg`` holds, so the run is drawn in its colour; else
+    ``"this run"``."""
+    for name, items in DEMO_SETTINGS.items():
+        wanted = leaves(OmegaConf.to_container(OmegaConf.from_dotlist(list(items))))
+        if all(OmegaConf.select(cfg, key, default=None) == value for key, value in wanted):
+            return name
+    return "this run"
+
+
+def _shown(path) -> str:
+    """A path as the notebook's reader knows it: relative to the working directory when inside it."""
+    path = Path(path)
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
 def _links_html(result) -> str:
     """The run directory and where its W&B run is (a link when online, the folder and `wandb sync` when offline)."""
-    parts = [f"Run directory: <code>{html.escape(str(result.run_dir))}</code>"]
+    parts = [f"Run directory: <code>{html.escape(_shown(result.run_dir))}</code>"]
     where = result.wandb_run
     if where and where.startswith("http"):
         parts.append(f'W&B run: <a href="{html.escape(where)}" target="_blank">{html.escape(where)}</a>')
     elif where:
-        parts.append(f"W&B run (offline): <code>{html.escape(where)}</code> — upload with <code>wandb sync</code>")
+        parts.append(
+            f"W&B run (offline): <code>{html.escape(_shown(where))}</code> — upload with <code>wandb sync</code>"
+        )
     return "<br>".join(parts)

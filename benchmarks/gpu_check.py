@@ -1,0 +1,108 @@
+"""The device check for one CUDA GPU: a short run with each actor backend, steps/s and tokens/s side by side.
+
+Run on a single-GPU machine with the project's venv (``make`` with the default ``TORCH_INDEX``, so pip takes
+torch's CUDA build), from the repository root::
+
+    .venv/bin/python benchmarks/gpu_check.py [--steps 10] [key=value ...]
+
+Each backend trains the default short run (``agl_lab.short_run_config``) on ``lab.device=cuda`` for ``--steps``
+steps, W&B off, in a temporary run directory: ``lab.actor=lab`` (agl_lab's update loop) and ``lab.actor=verl``
+(verl 0.9.1's actor engine in this process: its own ``nvidia`` platform, a ``cpu:gloo,cuda:nccl`` group of one).
+Printed per backend: steps/s over the steps, trained tokens/s (prompt + response tokens of the trained rows per
+second of step time, verl's ``perf/throughput``), sampled tokens/s, the old log-prob and update times per step,
+peak GPU memory, and the success rate; then verl / lab ratios, and how closely the two runs agree (step 1's actor
+metrics; the steps with identical success rates). Step 1 is left out of the rates (CUDA warm-up).
+Without a GPU it exits 2 at once, saying so. ``key=value`` items go to both runs (e.g. ``lab.model_hidden=256``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+
+import torch
+
+BACKENDS = ("lab", "verl")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=10, help="training steps per backend (default 10)")
+    parser.add_argument("dotlist", nargs="*", help="overrides for both runs, e.g. lab.model_hidden=256")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print(
+            f"gpu_check.py needs a CUDA GPU: torch {torch.__version__} sees none "
+            f"(CUDA build: {torch.version.cuda or 'no, a CPU-only torch'}). Run it on a GPU machine with torch's CUDA "
+            "build; benchmarks/bench_actor.py compares the backends on the CPU.",
+            file=sys.stderr,
+        )
+        return 2
+    if args.steps < 2:
+        parser.error("--steps must be at least 2 (step 1 is CUDA warm-up and left out of the rates)")
+
+    from agl_lab import short_run_config, train  # after the check: the import takes seconds
+
+    name = torch.cuda.get_device_name()
+    print(f"{name}, torch {torch.__version__} (CUDA {torch.version.cuda}); {args.steps} steps per backend")
+    results, histories = {}, {}
+    for backend in BACKENDS:
+        torch.cuda.reset_peak_memory_stats()
+        with tempfile.TemporaryDirectory() as tmp:
+            dotlist = ["lab.device=cuda", "trainer.logger=[]", f"trainer.total_training_steps={args.steps}"]
+            cfg = short_run_config(dotlist=[*dotlist, *args.dotlist, f"lab.actor={backend}", f"lab.run_dir={tmp}/run"])
+            start = time.perf_counter()
+            result = train(cfg, progress=False)
+            wall = time.perf_counter() - start
+        results[backend] = _rates(result, wall=wall, peak_gb=torch.cuda.max_memory_allocated() / 2**30)
+        histories[backend] = result.history
+        _print(backend, results[backend])
+    print("\nverl / lab:")
+    for key in ("steps_per_s", "trained_tokens_per_s", "old_log_prob_ms", "update_ms"):
+        print(f"  {key:<22} {results['verl'][key] / results['lab'][key]:6.2f}x")
+    _print_agreement(histories["lab"], histories["verl"])
+    return 0
+
+
+def _print_agreement(lab, verl) -> None:
+    """Step 1 samples with equal weights, so its actor metrics should agree to float rounding (1e-5 on the CPU)."""
+    print("\nagreement (same seed; the runs drift apart once sampling amplifies rounding differences):")
+    for key in ("actor/entropy", "actor/pg_loss", "actor/grad_norm", "actor/ppo_kl"):
+        a, b = float(lab[key].iloc[0]), float(verl[key].iloc[0])
+        print(f"  step 1 {key:<18} lab {a:12.6g}   verl {b:12.6g}   |diff| {abs(a - b):.2e}")
+    differ = (lab["lab/success_rate"] != verl["lab/success_rate"]).to_numpy().nonzero()[0]
+    print(f"  success rate identical through step {differ[0] if len(differ) else len(lab)} of {len(lab)}")
+
+
+def _rates(result, *, wall: float, peak_gb: float) -> dict[str, float]:
+    timings, history = result.timings.iloc[1:], result.history.iloc[1:]  # without the warm-up step
+    step_s = timings["timing_s/step"].sum()
+    n = len(timings)
+    return {
+        "steps_per_s": n / step_s,
+        "trained_tokens_per_s": timings["perf/total_num_tokens"].sum() / step_s,
+        "sampled_tokens_per_s": history["lab/generated_tokens"].sum() / timings["timing_s/gen"].sum(),
+        "old_log_prob_ms": 1000 * timings["timing_s/old_log_prob"].mean(),
+        "update_ms": 1000 * timings["timing_s/update_actor"].mean(),
+        "wall_s": wall,
+        "peak_gpu_gb": peak_gb,
+        "success_last": float(result.history["lab/success_rate"].iloc[-1]),
+    }
+
+
+def _print(backend: str, r: dict[str, float]) -> None:
+    print(f"\nlab.actor={backend}")
+    print(f"  steps/s               {r['steps_per_s']:10.2f}")
+    print(f"  tokens/s (trained)    {r['trained_tokens_per_s']:10.0f}   prompt + response tokens of trained rows")
+    print(f"  tokens/s (sampled)    {r['sampled_tokens_per_s']:10.0f}   response tokens per second of sampling")
+    print(f"  old log-probs         {r['old_log_prob_ms']:10.1f} ms/step")
+    print(f"  update                {r['update_ms']:10.1f} ms/step")
+    print(f"  peak GPU memory       {r['peak_gpu_gb']:10.3f} GiB")
+    print(f"  whole call            {r['wall_s']:10.1f} s (policy build, worker start, checkpoint included)")
+    print(f"  success, last step    {r['success_last']:10.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
