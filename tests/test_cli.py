@@ -153,8 +153,7 @@ def test_launch_exports_for_agent_lightning_and_says_what_to_install(tmp_path):
 def test_launch_refuses_what_agent_lightning_would_refuse_and_check_says_so_first(tmp_path, capsys):
     result = run("launch", "--out", str(tmp_path / "x"))  # AGL's defaults: gae with rollout-level advantage
     assert result.returncode == 1 and "gae gives per-token advantages" in result.stderr
-    assert result.stdout.startswith(f"Base: agl = {BASES['agl'].label}
-")
+    assert result.stdout.startswith(f"Base: agl = {BASES['agl'].label}\n")
     assert "Nothing exported. `agl-lab check --base agl`" in result.stdout
     assert not (tmp_path / "x").exists()
     (error,) = [line for line in result.stderr.splitlines() if line.startswith("  error")]
