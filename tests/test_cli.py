@@ -31,13 +31,14 @@ def test_version_and_help_tell_the_bases_and_the_exit_statuses(capsys):
 
 
 def in_process(capsys, *args) -> str:
-    """``agl-lab ARGS`` called in this process (for what needs no fresh interpreter): its stdout."""
+    """``agl-lab ARGS`` called in this process (for what needs no fresh interpreter): its stdout, then its stderr."""
     capsys.readouterr()
     try:
         code = main(list(args))
     except SystemExit as exit_:  # --help exits
         code = exit_.code
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out + captured.err  # the doctor's errors go to stderr
     return out if code == 0 else f"exit {code}\n{out}"
 
 
