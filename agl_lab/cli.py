@@ -18,11 +18,16 @@ settings that matter side by side and writes figures and a summary table (``agl_
 ``agl-lab launch [key.path=value ...]`` exports the experiment for Agent Lightning's real trainer (overrides,
 dotlist, launch script; :mod:`agl_lab.config.handoff`) and runs it when ``agentlightning`` is importable, else says
 what to install. ``agl-lab lab`` opens JupyterLab on the repository with the notebooks.
+
+Every failure reaches the user as one line on stderr and a documented exit code (:mod:`agl_lab.exit_codes`, listed
+by ``agl-lab --help``); ``--debug`` adds the traceback. Secrets given on the command line or in the environment are
+masked in everything printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import subprocess
 import sys
 import warnings
@@ -33,37 +38,55 @@ from omegaconf import OmegaConf
 
 from agl_lab.cli_help import DESCRIPTION, EPILOG, SUBCOMMAND_BASES, print_base, print_launch_view, version
 from agl_lab.cli_sweep import add_sweep_parser, run_sweep_command
-from agl_lab.config.compose import BASES, ConfigError, compose_from
+from agl_lab.config.checks import lab_estimator_problem
+from agl_lab.config.compose import BASES, compose_from
 from agl_lab.config.doctor import diagnose
 from agl_lab.config.modes import LOSS_MODES, mode_from_config
+from agl_lab.config.secrets import redacted_yaml, secret_values
 from agl_lab.config.settings import SETTINGS
 from agl_lab.core.pipeline import mini_batch_rows, prepare_batch
 from agl_lab.core.rows import rows_frame
+from agl_lab.exit_codes import MaskingParser, TrainedNothingError, report_errors
 from agl_lab.lab.examples import example_rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    argv = sys.argv[1:] if argv is None else list(argv)
+    MaskingParser.secrets = secret_values(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "lab":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    result: list[int] = []
+    with report_errors(debug=args.debug, secrets=MaskingParser.secrets, result=result):
+        result.append(_run(args, extra))
+    return result[0]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = MaskingParser(
         prog="agl-lab", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=version())
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an error, not just its line")
+    common = argparse.ArgumentParser(add_help=False)  # every subcommand takes --debug too (after its name)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", required=True)
-    check = commands.add_parser("check", help="resolve the three settings, run the doctor and the example batch")
+    add = functools.partial(commands.add_parser, parents=[common])
+    check = add("check", help="resolve the three settings, run the doctor and the example batch")
     check.add_argument("dotlist", nargs="*", help="Hydra overrides, e.g. agentlightning.max_ppo_update_times=2")
-    check.add_argument("--show-config", action="store_true", help="print the whole composed config as YAML")
+    check.add_argument("--show-config", action="store_true", help="print the whole composed config (secrets as ***)")
     check.add_argument(
         "--base", choices=tuple(BASES), default=SUBCOMMAND_BASES["check"], help="compose from this base (agl: what "
         "launch sends)",
     )  # fmt: skip
-    train = commands.add_parser("train", help="a short training run; prints its run directory last")
+    train = add("train", help="a short training run; prints its run directory last")
     train.add_argument("dotlist", nargs="*", help="Hydra overrides, e.g. lab.seed=1 trainer.total_training_steps=20")
     train.add_argument("--show-config", action="store_true", help="print the resolved config (secrets as ***)")
-    demo = commands.add_parser("demo", help="train the settings that matter side by side; write figures and a table")
+    demo = add("demo", help="train the settings that matter side by side; write figures and a table")
     demo.add_argument("dotlist", nargs="*", help="Hydra overrides for every run, e.g. lab.seed=1")
     demo.add_argument("--out", default=None, help="output folder (default: a fresh runs/demo-<time>/)")
-    launch = commands.add_parser(
-        "launch", help="export the experiment for Agent Lightning and run it there if possible"
-    )
+    launch = add("launch", help="export the experiment for Agent Lightning and run it there if possible")
     launch.add_argument("dotlist", nargs="*", help="Hydra overrides over Agent Lightning's defaults")
     launch.add_argument(
         "--base", choices=tuple(BASES), default=SUBCOMMAND_BASES["launch"], help="compose from this base"
@@ -72,24 +95,21 @@ def main(argv: list[str] | None = None) -> int:
     launch.add_argument("--out", default=None, help="export folder (default: agl_export/<name>)")
     add_sweep_parser(commands)
     commands.add_parser("lab", help="open JupyterLab on the repository's notebooks (other options go to jupyter lab)")
-    args, extra = parser.parse_known_args(argv)
-    if extra and args.command != "lab":
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    try:
-        if args.command == "launch":
-            return _launch(args.dotlist, name=args.name, out=args.out, base=args.base)
-        if args.command == "sweep":
-            return run_sweep_command(args)
-        if args.command == "lab":
-            return _lab(extra)
-        if args.command == "train":
-            return _train(args.dotlist, show_config=args.show_config)
-        if args.command == "demo":
-            return _demo(args.dotlist, out=args.out)
-        return _check(args.dotlist, show_config=args.show_config, base=args.base)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+    return parser
+
+
+def _run(args: argparse.Namespace, extra: list[str]) -> int:
+    if args.command == "launch":
+        return _launch(args.dotlist, name=args.name, out=args.out, base=args.base)
+    if args.command == "sweep":
+        return run_sweep_command(args)
+    if args.command == "lab":
+        return _lab(extra)
+    if args.command == "train":
+        return _train(args.dotlist, show_config=args.show_config)
+    if args.command == "demo":
+        return _demo(args.dotlist, out=args.out)
+    return _check(args.dotlist, show_config=args.show_config, base=args.base)
 
 
 def _train(dotlist: list[str], *, show_config: bool) -> int:
@@ -114,7 +134,15 @@ def _train(dotlist: list[str], *, show_config: bool) -> int:
     if result.wandb_run:
         print(f"W&B run: {result.wandb_run}")
     print(result.run_dir)
-    return 130 if result.stopped else 0
+    if result.stopped:
+        return 143 if result.interrupted_by == "SIGTERM" else 130
+    if not len(history) or not history.get("training/n_sample_trained", pd.Series([0])).gt(0).any():
+        raise TrainedNothingError(
+            f"every one of the {len(history)} steps was skipped: no rows were left for a PPO mini-batch after the "
+            f"drops (see training/n_sample_dropped/* in {result.run_dir / 'metrics.jsonl'}): lower "
+            "actor_rollout_ref.actor.ppo_mini_batch_size or raise data.train_batch_size / the length limits"
+        )
+    return 0
 
 
 def _demo(dotlist: list[str], *, out: str | None) -> int:
@@ -133,7 +161,12 @@ def _demo(dotlist: list[str], *, out: str | None) -> int:
     for path in result.figures.values():
         print(f"  {path}")
     print(result.sweep_dir.resolve())
-    return 130 if result.stopped else 0
+    if result.stopped:
+        return 143 if result.interrupted_by == "SIGTERM" else 130
+    failed = result.cells[result.cells.status != "done"]
+    for cell in failed.itertuples():
+        print(f"agl-lab: {cell.setting} seed {cell.seed} {cell.status}: {cell.error}", file=sys.stderr)
+    return 1 if len(failed) else 0
 
 
 def _launch(dotlist: list[str], *, name: str, out: str | None, base: str) -> int:
@@ -173,27 +206,34 @@ def _print_settings_and_findings(cfg) -> bool:
     _print_settings(cfg)
     findings = diagnose(cfg)
     print("\nDoctor:" + ("" if findings else " no findings"))
+    return _print_findings(findings)
+
+
+def _print_findings(findings) -> bool:
+    """The doctor's findings, errors to stderr; False when there is an error."""
     for finding in findings:
-        print(f"  {finding}")
+        print(f"  {finding}", file=sys.stderr if finding.level == "error" else sys.stdout)
     return not any(f.level == "error" for f in findings)
 
 
 def _check(dotlist: list[str], *, show_config: bool, base: str) -> int:
     cfg = compose_from(base, dotlist=dotlist)
     if show_config:
-        print(OmegaConf.to_yaml(cfg, resolve=True))
+        print(redacted_yaml(cfg))
     print_base(base)
     _print_settings(cfg)
     print(f"  {'PPO mini-batch':<26} {'(ppo_mini_batch_size x rollout.n)':<48} {mini_batch_rows(cfg)} rows")
 
     findings = diagnose(cfg)
     print("\nDoctor:" + ("" if findings else " no findings"))
-    for finding in findings:
-        print(f"  {finding}")
+    ok = _print_findings(findings)
     if base != SUBCOMMAND_BASES["launch"]:
         print_launch_view(dotlist)
-    if any(f.level == "error" for f in findings):
+    if not ok:
         return 1
+    if problem := lab_estimator_problem(cfg):  # a valid config for Agent Lightning that the example cannot run
+        print(f"\nExample batch skipped: {problem}")
+        return 0
 
     rows = example_rows()
     print(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from agl_lab import __version__
 from agl_lab.config.compose import BASES, ConfigError, compose_from
 from agl_lab.config.doctor import diagnose
+from agl_lab.exit_codes import EXIT_CODES, help_epilog
 
 __all__ = ["DESCRIPTION", "EPILOG", "EXIT_CODES", "SUBCOMMAND_BASES", "print_base", "print_launch_view", "version"]
 
@@ -23,14 +24,7 @@ SUBCOMMAND_BASES = {
     "sweep": "short-run",
     "launch": "agl",
 }
-# What each exit status means (printed by --help).
-EXIT_CODES = {
-    0: "done",
-    1: "the config doctor found an error (nothing ran), or a sweep run failed (the others are kept)",
-    2: "bad command line or config (unknown key, wrong type, several values outside sweep)",
-    3: "launch: exported, but Agent Lightning's trainer cannot run here (what to install is printed)",
-    130: "stopped with Ctrl-C (finished steps and runs are kept)",
-}
+# What each exit status means (printed by --help): agl_lab.exit_codes holds the table.
 
 
 DESCRIPTION = "\n".join(
@@ -45,7 +39,7 @@ DESCRIPTION = "\n".join(
         "then your key=value items (Hydra overrides). `agl-lab check --base agl` checks exactly what launch sends.",
     ]
 )
-EPILOG = "exit status:\n" + "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items())
+EPILOG = help_epilog()
 
 
 def print_base(base: str) -> None:

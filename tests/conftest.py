@@ -99,3 +99,39 @@ TINY_RUN = (
     "lab.task_size=4",
     "trainer.total_training_steps=2",
 )
+
+
+# Processes started together: each imports agl_lab, says "ready", then waits for the go file, so that the work they
+# race on starts within milliseconds of each other (imports alone take seconds, and vary).
+GATED = """
+import pathlib, sys, time
+{setup}
+print("ready", flush=True)
+go = pathlib.Path(sys.argv[1])
+while not go.exists():
+    time.sleep(0.005)
+{body}
+"""
+
+
+def start_gated(tmp_path, n, *, setup, body, args=(), env=None):
+    """Start ``n`` python processes running GATED, wait until all are ready, release them; return the Popens."""
+    import subprocess
+    import sys
+
+    go = tmp_path / f"go-{os.getpid()}-{len(list(tmp_path.glob('go-*')))}"
+    script = GATED.replace("{setup}", setup).replace("{body}", body)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(go), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(n)
+    ]
+    for proc in procs:
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+    go.touch()
+    return procs

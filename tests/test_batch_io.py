@@ -113,7 +113,7 @@ def test_missing_corrupt_and_foreign_files(tmp_path):
     with pytest.raises(BatchFileError, match="is not an agl_lab batch header"):
         load_batch(good)
     (good / "batch.json").write_text(json.dumps({"format": "agl_lab.batch", "version": 99}))
-    with pytest.raises(BatchFileError, match="has format version 99; this agl_lab reads up to 1"):
+    with pytest.raises(BatchFileError, match="has format version 99; this agl_lab reads up to 2"):
         load_batch(good)
 
     save_batch(shared_batch(), good, overwrite=True)
@@ -125,7 +125,15 @@ def test_missing_corrupt_and_foreign_files(tmp_path):
     header = json.loads((good / "batch.json").read_text())
     header["tensors"]["prompts"]["shape"] = [4, 1]
     (good / "batch.json").write_text(json.dumps(header))
-    with pytest.raises(BatchFileError, match="is corrupt: tensors.safetensors holds"):
+    with pytest.raises(BatchFileError, match="the sha256 of batch.json does not match"):
+        load_batch(good)
+    del header["sha256"]  # a header edited by hand, its checksums dropped: refused too
+    (good / "batch.json").write_text(json.dumps(header))
+    with pytest.raises(BatchFileError, match="batch.json lacks its sha256 checksums"):
+        load_batch(good)
+    header["version"] = 1  # a batch saved before checksums: its shapes are still checked
+    (good / "batch.json").write_text(json.dumps(header))
+    with pytest.warns(UserWarning, match="has no checksums"), pytest.raises(BatchFileError, match="holds"):
         load_batch(good)
 
     (tmp_path / "model.pt").write_bytes(b"PK\x03\x04rest-of-a-zip")
@@ -161,3 +169,24 @@ def test_the_sample_batch_is_what_its_script_makes():
     readme = (sample_batch_path() / "README.md").read_text()
     assert "**81 rows from 48 rollouts**" in readme
     assert sum(p.stat().st_size for p in sample_batch_path().iterdir()) < 300_000
+
+
+@pytest.mark.parametrize("name", ["tensors.safetensors", "batch.json"])
+def test_a_flipped_byte_anywhere_is_refused(tmp_path, name):
+    batch = shared_batch()
+    saved = save_batch(batch, tmp_path / "b")
+    file = saved / name
+    original = file.read_bytes()
+    # 40 positions spread over the file, its first and last byte included; each flip is one bit of one byte
+    positions = sorted({0, len(original) - 1, *np.linspace(0, len(original) - 1, 38).astype(int).tolist()})
+    refused = 0
+    for position in positions:
+        damaged = bytearray(original)
+        damaged[position] ^= 0x04
+        file.write_bytes(bytes(damaged))
+        with pytest.raises(BatchFileError, match=str(saved)):
+            load_batch(saved)
+        refused += 1
+    file.write_bytes(original)
+    assert_same_batch(load_batch(saved), batch)  # the undamaged files still load
+    assert refused == len(positions) >= 30

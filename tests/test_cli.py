@@ -25,19 +25,20 @@ def test_version_and_help_tell_the_bases_and_the_exit_statuses(capsys):
     for base in ("agl", "example", "short-run"):  # each base with the subcommands composing from it
         assert f"  {base:<10} {BASES[base].label}" in help_text
     assert "[launch]" in help_text and "[check]" in help_text and "[train, demo, sweep]" in help_text
-    assert "exit status:" in help_text and "  3    launch: exported" in help_text and "  130  stopped" in help_text
+    assert "exit codes:" in help_text and "    3  launch: exported" in help_text and "  130  stopped" in help_text
     sweep_help = in_process(capsys, "sweep", "--help")
     assert "--seeds" in sweep_help and "ci95 = mean and 95% t-interval of the mean" in " ".join(sweep_help.split())
 
 
 def in_process(capsys, *args) -> str:
-    """``agl-lab ARGS`` called in this process (for what needs no fresh interpreter): its stdout."""
+    """``agl-lab ARGS`` called in this process (for what needs no fresh interpreter): its stdout, then its stderr."""
     capsys.readouterr()
     try:
         code = main(list(args))
     except SystemExit as exit_:  # --help exits
         code = exit_.code
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out + captured.err  # the doctor's errors go to stderr
     return out if code == 0 else f"exit {code}\n{out}"
 
 
@@ -73,7 +74,12 @@ def test_misspelt_key_exits_2_naming_the_nearest_key():
 def test_doctor_errors_exit_1_before_running_the_example():
     result = run("check", "algorithm.adv_estimator=remax")
     assert result.returncode == 1
-    assert "REMAX baseline not yet supported in AgentLightningRayPPOTrainer" in result.stdout
+    # errors go to stderr, one line each; notes and warnings stay on stdout
+    assert result.stderr.splitlines() == [
+        "  error   algorithm.adv_estimator: REMAX baseline not yet supported in AgentLightningRayPPOTrainer -> fix: "
+        "use algorithm.adv_estimator=grpo (or rloo, reinforce_plus_plus)"
+    ]
+    assert "note    agentlightning.max_ppo_update_times" in result.stdout
     assert "Metrics:" not in result.stdout
 
 
@@ -147,11 +153,11 @@ def test_launch_exports_for_agent_lightning_and_says_what_to_install(tmp_path):
 
 def test_launch_refuses_what_agent_lightning_would_refuse_and_check_says_so_first(tmp_path, capsys):
     result = run("launch", "--out", str(tmp_path / "x"))  # AGL's defaults: gae with rollout-level advantage
-    assert result.returncode == 1 and "gae gives per-token advantages" in result.stdout
+    assert result.returncode == 1 and "gae gives per-token advantages" in result.stderr
     assert result.stdout.startswith(f"Base: agl = {BASES['agl'].label}\n")
     assert "Nothing exported. `agl-lab check --base agl`" in result.stdout
     assert not (tmp_path / "x").exists()
-    (error,) = [line for line in result.stdout.splitlines() if line.startswith("  error")]
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("  error")]
     # check (base example) passes, and says what launch will stop at, in the same words
     check = in_process(capsys, "check")
     assert not check.startswith("exit") and "What `agl-lab launch` sends with this dotlist (base agl):" in check

@@ -180,6 +180,63 @@ def test_composition_leaves_a_running_hydra_app_alone():
         assert compose(config_name="agl_trainer").algorithm.enable_rollout_level_advantage is True
 
 
+@pytest.mark.parametrize(
+    ("item", "text"),
+    [
+        # keys whose default is null were never type-checked (trainer.total_training_steps=abc reached the hand-off)
+        ("trainer.total_training_steps=abc", "trainer.total_training_steps must be an integer, got 'abc' (str)"),
+        ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=x", "must be an integer, got 'x'"),  # verl dataclass
+        ("critic.enable=1", "critic.enable must be a boolean (true/false), got 1 (int)"),
+        ("agentlightning.max_ppo_update_times=two", "must be an integer, got 'two'"),
+        ("data.val_batch_size=[1]", "data.val_batch_size must be an integer, got [1] (list)"),
+        # deleting what the trainer reads
+        ("~algorithm", "algorithm: cannot delete it: verl's trainer and agl_lab read this section"),
+        ("~algorithm.gamma", "algorithm.gamma: cannot delete it: verl's trainer and agl_lab read this key"),
+        # Hydra's multirun syntax composes no single config
+        ("lab.seed=0,1,2", "lab.seed=0,1,2: several values (a sweep) are accepted only by `agl-lab sweep`"),
+        ("lab.seed=range(3)", "several values (a sweep) are accepted only by `agl-lab sweep`"),
+        ("algorithm.adv_estimator=choice(grpo,rloo)", "several values (a sweep)"),
+    ],
+)
+def test_values_that_used_to_slip_through_are_refused_in_one_line(item, text):
+    with pytest.raises(ConfigError, match=re.escape(text)) as err:
+        compose_config(dotlist=[item])
+    assert len(str(err.value).splitlines()) == 2  # the header and one line for the one problem
+
+
+def test_null_default_keys_take_their_declared_type():
+    cfg = compose_config(
+        dotlist=[
+            "trainer.total_training_steps=5",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+            "actor_rollout_ref.actor.policy_loss.dro_beta=1",  # a float field: the int becomes 1.0
+            "agentlightning.hooks={on_step:x}",  # null and undeclared: any value
+            "~agentlightning.k8s.job_template_path",  # a null default may be deleted
+        ]
+    )
+    assert cfg.trainer.total_training_steps == 5 and cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 4
+    assert cfg.actor_rollout_ref.actor.policy_loss.dro_beta == 1.0
+    assert isinstance(cfg.actor_rollout_ref.actor.policy_loss.dro_beta, float)
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        "agentlightning.agl_key=[sk-config-4711]",  # wrong type
+        "agentlightning.agl_key=sk-config-4711,other",  # sweep syntax
+        "agentlightning.agl_key='sk-config-4711",  # unparsable
+        "+agentlightning.local.env_map.OPENAI_API_KEY=[sk-config-4711]",  # fine: an open section takes any value
+    ],
+)
+def test_config_errors_never_echo_a_secret(item):
+    try:
+        compose_config(dotlist=[item, "data.train_batch_size=x"])
+    except ConfigError as exc:
+        assert "sk-config-4711" not in str(exc) and "data.train_batch_size" in str(exc)
+    else:
+        raise AssertionError("data.train_batch_size=x must be refused")
+
+
 def test_each_named_base_is_agent_lightnings_defaults_plus_its_own_file():
     assert list(BASES) == ["agl", "example", "short-run"]
     agl, example, short = (compose_from(name) for name in BASES)

@@ -2,6 +2,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from agl_lab import ConfigError, compose_config, diagnose
+from agl_lab.config.checks import lab_estimator_problem
 from agl_lab.config.doctor import raise_for_errors, settings_frame
 from agl_lab.config.settings import SETTINGS
 from agl_lab.lab.examples import EXAMPLE_OVERRIDES
@@ -100,6 +101,37 @@ def test_both_off_is_plain_verl_and_fine():
             "unknown value 'trajectory-strict'",
         ),
         (["lab.per_rollout_divisor=tokens"], "lab.per_rollout_divisor", "use one of: rows, rollouts"),
+        # values that passed composition, then crashed a run or trained nothing (issue 12)
+        (["actor_rollout_ref.rollout.top_p=0"], "actor_rollout_ref.rollout.top_p", "must be in (0, 1], got 0.0"),
+        (["actor_rollout_ref.rollout.top_p=1.5"], "actor_rollout_ref.rollout.top_p", "must be in (0, 1], got 1.5"),
+        (["actor_rollout_ref.rollout.top_k=-2"], "actor_rollout_ref.rollout.top_k", "must be -1 (off) or >= 0"),
+        (
+            ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=0"],
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+            "must be null or a positive integer, got 0",
+        ),
+        (
+            ["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=0"],
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+            "must be null or a positive integer, got 0",
+        ),
+        (["actor_rollout_ref.actor.optim.lr=nan"], "actor_rollout_ref.actor.optim.lr", "must be a finite number"),
+        (["actor_rollout_ref.actor.optim.lr=inf"], "actor_rollout_ref.actor.optim.lr", "must be a finite number"),
+        (["algorithm.gamma=nan"], "algorithm.gamma", "must be a finite number, got nan"),
+        (["algorithm.kl_ctrl.target_kl=nan"], "algorithm.kl_ctrl.target_kl", "must be a finite number"),
+        (["actor_rollout_ref.actor.ppo_epochs=0"], "actor_rollout_ref.actor.ppo_epochs", "nothing trains"),
+        (["lab.seed=-1"], "lab.seed", "must be in [0, 4294967295], got -1"),
+        (
+            ["algorithm.enable_rollout_level_advantage=false", "algorithm.adv_estimator=gae", "critic.enable=false"],
+            "algorithm.adv_estimator",
+            "gae needs a critic but critic.enable=false",
+        ),
+        (
+            ["algorithm.enable_rollout_level_advantage=false", "algorithm.adv_estimator=optimal_token_baseline"],
+            "algorithm.adv_estimator",
+            "needs sum_pi_squared from the actor",
+        ),
+        (["algorithm.adv_estimator=gdpo"], "algorithm.adv_estimator", "gdpo needs the reward components"),
         (["lab.actor=verll"], "lab.actor", "unknown value 'verll' (did you mean 'verl'?)"),
     ],
 )
@@ -129,6 +161,23 @@ def test_misspelt_keys_and_wrong_types_in_a_config_from_elsewhere():
 def test_findings_print_on_one_line_each():
     for finding in findings("algorithm.adv_estimator=remax", "actor_rollout_ref.actor.clip_ratio_c=0.5"):
         assert "\n" not in str(finding) and "-> fix:" in str(finding)
+
+
+def test_a_finite_check_spares_what_may_be_infinite_and_sees_configs_from_elsewhere():
+    # an infinite value where verl allows one (a threshold) is not an error; NaN is one anywhere
+    assert not only(findings("algorithm.rollout_correction.rollout_is_threshold=inf"), "error")
+    cfg = compose_config(overrides=EXAMPLE_OVERRIDES)
+    OmegaConf.update(cfg, "actor_rollout_ref.actor.optim.lr", float("nan"))
+    errors = only(diagnose(OmegaConf.create(OmegaConf.to_yaml(cfg))), "error")
+    assert [e.key for e in errors] == ["actor_rollout_ref.actor.optim.lr"]
+
+
+@pytest.mark.parametrize("estimator", ["gae", "optimal_token_baseline", "tir_optimal_token_baseline", "gdpo"])
+def test_the_lab_says_which_estimators_it_cannot_run(estimator):
+    cfg = compose_config(dotlist=[f"algorithm.adv_estimator={estimator}"])
+    assert f"algorithm.adv_estimator={estimator} needs" in lab_estimator_problem(cfg)
+    assert "use grpo, rloo or reinforce_plus_plus here" in lab_estimator_problem(cfg)
+    assert lab_estimator_problem(compose_config(dotlist=["algorithm.adv_estimator=rloo"])) is None
 
 
 def test_the_settings_table_names_each_setting_with_the_catalogues_label():

@@ -1,3 +1,4 @@
+import json
 import re
 import types
 from pathlib import Path
@@ -12,12 +13,14 @@ from agl_lab.curves.history import (
     missing_metrics,
     read_history,
     read_run_dir,
+    read_timings,
     read_verl_jsonl,
     read_wandb_csv,
     read_wandb_offline,
     read_wandb_online,
     require_metrics,
 )
+from agl_lab.curves.jsonl import DamagedFileWarning
 from conftest import log_offline_run
 
 
@@ -35,9 +38,66 @@ def test_agl_lab_run_directory(tmp_path):
     assert list(table.columns) == COLUMNS
     assert values(table, "training/reward") == [0.25, 0.5]
     assert set(table.setting) == {"both_on"} and set(table.seed) == {2} and set(table.source) == {"agl_lab"}
-    with pytest.raises(ValueError, match=re.escape(f"{run / 'metrics.jsonl'}:1 is not JSON")):
+    with pytest.raises(ValueError, match=re.escape(f"{run / 'metrics.jsonl'} holds no JSON object on any line")):
         (run / "metrics.jsonl").write_text("{oops\n")
         read_run_dir(run)
+
+
+STEPS = [{"step": n, "training/reward": n / 4, "timing_s/step": 0.1 * n} for n in (1, 2, 3)]
+
+
+def lines(rows):
+    return "".join(json.dumps(row) + "\n" for row in rows)
+
+
+@pytest.mark.parametrize("reader", [read_run_dir, read_timings, "verl"])
+def test_a_torn_last_line_keeps_every_complete_step_and_warns(tmp_path, reader):
+    run = tmp_path / "run"
+    run.mkdir()
+    text = lines(STEPS)
+    if reader == "verl":  # verl's file backend: {"step": N, "data": {...}}
+        text = lines({"step": r["step"], "data": {k: v for k, v in r.items() if k != "step"}} for r in STEPS)
+    torn = text + text.splitlines()[0][:17]  # a full disk cut the 4th line after 17 characters
+    for name in ("metrics.jsonl", "timings.jsonl", "exp.jsonl"):
+        (run / name).write_text(torn)
+    with pytest.warns(DamagedFileWarning, match=r"its last line \(4\) is torn .*kept the 3 complete line"):
+        table = read_verl_jsonl(run / "exp.jsonl") if reader == "verl" else reader(run)
+    metric = "timing_s/step" if reader is read_timings else "training/reward"
+    assert sorted(table[table.metric == metric].step) == [1, 2, 3]
+
+
+def test_a_damaged_line_in_the_middle_is_left_out_naming_it(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = lines(STEPS).splitlines()
+    (run / "metrics.jsonl").write_text("\n".join([rows[0], rows[1][:9] + rows[2], rows[2], "[1, 2]"]) + "\n")
+    with pytest.warns(DamagedFileWarning, match=re.escape("metrics.jsonl: lines 2, 4 are not JSON objects")):
+        table = read_run_dir(run)
+    assert sorted(table[table.metric == "training/reward"].step) == [1, 3]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "text"),
+    [
+        ("metrics.jsonl", b"", "metrics.jsonl is empty"),
+        ("metrics.jsonl", b"\n\n", "metrics.jsonl is empty"),
+        ("metrics.jsonl", b"\x89PNG\r\n\x1a\n\x00\x00", "metrics.jsonl is not a text JSON-lines file: binary data"),
+        ("metrics.jsonl", b"\xff\xfe{", "metrics.jsonl is not a UTF-8 text JSON-lines file"),
+        ("config.yaml", b"\x00\x01", "config.yaml is not a text YAML file"),
+        ("exp.csv", b"", "exp.csv is empty"),
+        ("exp.csv", b"\xff\x00\x01,\x02", "exp.csv is not a readable CSV"),
+        ("exp.jsonl", b"\x00" * 8, "exp.jsonl is not a text JSON-lines file"),
+    ],
+)
+def test_binary_and_empty_files_are_named(tmp_path, name, content, text):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(lines(STEPS))
+    (run / name).write_bytes(content)
+    path = run / name if name.startswith("exp") else run
+    with pytest.raises(ValueError, match=re.escape(str(run / name).rsplit("/", 1)[0])) as err:
+        read_history(path)
+    assert text in str(err.value)
 
 
 def test_offline_wandb_runs_skip_unfinished_ones(tmp_path, monkeypatch):

@@ -155,3 +155,21 @@ def test_group_metrics_count_zero_advantage_groups():
         warnings.simplefilter("ignore")
         _, metrics = prepare_batch(rows, config())
     assert metrics["training/n_groups"] == 2 and metrics["training/n_zero_adv_groups"] == 2
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("rollout_level", ["true", "false"])
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce_plus_plus"])
+def test_nan_and_inf_rewards_are_refused_on_every_path(bad, rollout_level, estimator):
+    # with rollout-level advantage off, verl's estimators used to turn one NaN reward into NaN advantages for its group
+    cfg = config(f"algorithm.enable_rollout_level_advantage={rollout_level}", f"algorithm.adv_estimator={estimator}")
+    batch, _ = select_rows(example_rows(), cfg)
+    row = 4
+    last = int(batch.batch["response_mask"][row].nonzero().max())
+    batch.batch["token_level_scores"][row, last] = bad
+    snap = snapshot(batch)
+    with pytest.raises(ValueError, match=re.escape("batch['token_level_scores'] has NaN or inf values in rows [4]")):
+        compute_advantages(batch, cfg)
+    assert_unchanged(batch, snap)  # refused before token_level_rewards or advantages were written
+    with pytest.raises(ValueError, match="NaN or inf"):
+        prepare_batch(batch, cfg)

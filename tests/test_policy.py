@@ -114,3 +114,44 @@ def test_device_auto_is_cpu_without_a_gpu_and_cuda_is_refused_then():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="torch sees no CUDA device: use lab.device=auto or cpu"):
             resolve_device("cuda")
+
+
+@pytest.mark.parametrize(("layers", "hidden", "seed"), [(1, 32, 0), (2, 64, 3), (3, 48, 2**32 - 1)])
+def test_the_tiny_policy_has_transformers_own_init_drawn_from_its_own_generator(layers, hidden, seed):
+    """The oracle: transformers' LlamaForCausalLM(config) after torch.manual_seed(seed), as the lab built it before."""
+    from transformers import LlamaForCausalLM
+
+    before = torch.random.get_rng_state()
+    policy = tiny(f"lab.seed={seed}", f"lab.model_layers={layers}", f"lab.model_hidden={hidden}")
+    assert torch.equal(torch.random.get_rng_state(), before)  # torch's process-wide generator was not touched
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        reference = LlamaForCausalLM(policy.model.config)
+    ours, theirs = policy.model.state_dict(), reference.state_dict()
+    assert sorted(ours) == sorted(theirs)
+    assert [key for key in theirs if not torch.equal(ours[key], theirs[key])] == []
+    assert policy.model.lm_head.weight is policy.model.model.embed_tokens.weight  # still tied
+
+
+def test_policies_built_in_threads_do_not_disturb_each_other():
+    import threading
+
+    solo = {seed: tiny(f"lab.seed={seed}").model.state_dict() for seed in (1, 2)}
+    built, errors = {}, []
+
+    def build(seed):
+        try:
+            for _ in range(3):
+                built[seed] = tiny(f"lab.seed={seed}").model.state_dict()
+                torch.rand(1000)  # other work on the process-wide generator meanwhile
+        except Exception as exc:  # noqa: BLE001 — reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=build, args=(seed,)) for seed in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for seed in (1, 2):
+        assert all(torch.equal(built[seed][key], solo[seed][key]) for key in solo[seed])

@@ -27,3 +27,71 @@ def test_redact_masks_values_and_keeps_empty_ones_visible():
         "env": [{"OPENAI_API_KEY": MASK}],
     }
     assert config["agentlightning"]["agl_key"] == "sk-123"  # a copy: the original is untouched
+
+
+def test_no_secret_in_anything_a_check_export_run_or_sweep_writes_or_prints(tmp_path, monkeypatch, capfd):
+    """Grep every file and every line of output for the key; it was given everywhere a user might give it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    from agl_lab import run_sweep
+    from agl_lab.cli import main
+    from agl_lab.config.compose import ConfigError
+    from conftest import TINY_RUN
+
+    secret = "sk-grep-me-0815-4711"
+    key = f"agentlightning.agl_key={secret}"
+    monkeypatch.chdir(tmp_path)
+    printed = []
+    # check: the resolved config, values echoed by a type error, sweep syntax, an unparsable item, a usage error,
+    # a traceback
+    for argv in (
+        ["check", key, "--show-config"],
+        ["check", f"agentlightning.agl_key=[{secret}]"],
+        ["check", f"{key},other"],
+        ["check", f"agentlightning.agl_key='{secret}"],
+        ["check", "--agl-key", secret],
+        ["--debug", "check", f"agentlightning.agl_key=[{secret}]"],
+        ["launch", "algorithm.adv_estimator=grpo", key, "--out", str(tmp_path / "export")],
+    ):
+        try:
+            main(argv)
+        except SystemExit:  # argparse's usage error
+            pass
+    # a run, as a process: W&B offline (it records the command line) and verl's file backend
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HOME": str(tmp_path), "AGL_KEY": secret}
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "agl-lab"), "train", *TINY_RUN, key]
+        + ["trainer.logger=[wandb,file,console]", f"lab.run_dir={tmp_path / 'run'}", "--show-config"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    printed += [run.stdout, run.stderr]
+    # a sweep with the key in its dotlist (and one failing cell, whose error is recorded)
+    settings = {"ok": [], "bad": ["algorithm.adv_estimator=remax"]}
+    result = run_sweep(settings, [0], sweep_dir=tmp_path / "sweep", dotlist=[*TINY_RUN, key], executor="serial")
+    print(result.cells.to_string(), result.table.head().to_string())
+    with pytest.raises(ConfigError) as refused:
+        run_sweep({"a": [f"agentlightning.agl_key=[{secret}]"]}, [0], sweep_dir=tmp_path / "s2", dotlist=TINY_RUN)
+    printed.append(str(refused.value))
+
+    captured = capfd.readouterr()
+    printed += [captured.out, captured.err]
+    files = [path for path in tmp_path.rglob("*") if path.is_file() and not path.is_symlink()]
+    found = [str(path) for path in files if secret.encode() in path.read_bytes()]
+    found += [text[max(0, text.find(secret) - 80) :][:160] for text in printed if secret in text]
+    assert found == []
+    # the key did reach every place, masked: the test looked where it would have been
+    assert "agl_key: '***'" in (tmp_path / "run" / "config.yaml").read_text()
+    assert "agl_key: '***'" in captured.out + run.stdout
+    cell = (tmp_path / "sweep" / "ok" / "seed-0" / "cell.json").read_text()
+    assert "agentlightning.agl_key=***" in cell
+    assert any(p.suffix == ".wandb" for p in files) and (tmp_path / "run" / "tracking.jsonl").exists()
+    assert len(files) >= 20  # config, metrics, timings, policy, W&B run, tracking.jsonl, cells, export, ...

@@ -10,7 +10,7 @@ import pytest
 from agl_lab import ConfigError
 from agl_lab.curves.history import read_wandb_offline
 from agl_lab.training.sweep import plan_sweep, run_sweep
-from conftest import TINY_RUN
+from conftest import TINY_RUN, start_gated
 
 SETTINGS = {
     "both_on": [],
@@ -115,3 +115,97 @@ def test_bad_sweeps_fail_before_anything_runs(tmp_path, settings, seeds, error, 
     assert not (tmp_path / "s").exists()
     with pytest.raises(ValueError, match="executor must be 'ray' or 'serial'"):
         run_sweep({"a": []}, [0], sweep_dir=tmp_path / "s", executor="dask")
+
+
+def test_a_cell_is_done_only_for_the_exact_config_it_ran(tmp_path):
+    first = sweep(tmp_path, "s")
+    on = tmp_path / "s" / "both_on" / "seed-0" / "metrics.jsonl"
+    record = json.loads((on.parent / "cell.json").read_text())
+    assert len(record["config_sha256"]) == 64
+    # more steps: every cell reran with the new config, none was reused under the new label
+    longer = run_sweep(
+        SETTINGS, [0, 1], sweep_dir=tmp_path / "s", dotlist=[*TINY_RUN, "trainer.total_training_steps=3"],
+        executor="serial", progress=False,
+    )  # fmt: skip
+    assert set(longer.table.step) == {1, 2, 3} and set(first.table.step) == {1, 2}
+    assert json.loads((on.parent / "cell.json").read_text())["config_sha256"] != record["config_sha256"]
+    # a setting redefined: only its cells rerun
+    before = on.stat().st_mtime_ns
+    redefined = {**SETTINGS, "both_off": [*SETTINGS["both_off"], "agentlightning.max_ppo_update_times=1"]}
+    again = run_sweep(
+        redefined, [0, 1], sweep_dir=tmp_path / "s", dotlist=[*TINY_RUN, "trainer.total_training_steps=3"],
+        executor="serial", progress=False,
+    )  # fmt: skip
+    assert on.stat().st_mtime_ns == before
+    trained = again.table[(again.table.metric == "training/n_sample_trained") & (again.table.setting == "both_off")]
+    assert trained["value"].max() <= 4  # the cap of 1 mini-batch (4 rows) is what both_off ran with now
+
+
+def test_two_sweeps_racing_on_one_directory_never_mix(tmp_path):
+    procs = start_gated(
+        tmp_path,
+        2,
+        setup="from agl_lab import run_sweep\nfrom agl_lab.training.locks import DirectoryBusyError",
+        body=f"""
+try:
+    result = run_sweep({SETTINGS!r}, [0, 1], sweep_dir={str(tmp_path / "s")!r}, dotlist={list(TINY_RUN)!r},
+                       executor="serial", progress=False)
+except DirectoryBusyError as exc:
+    print("refused:", exc)
+    sys.exit(4)
+twice = result.table.duplicated(["setting", "seed", "step", "metric"]).sum()
+print(result.cells.status.tolist(), len(result.table), twice)
+""",
+    )
+    results = sorted((proc.wait(timeout=300), proc.stdout.read().strip()) for proc in procs)
+    assert [code for code, _ in results] == [0, 4], [proc.stderr.read()[-2000:] for proc in procs]
+    (_, won), (_, refused) = results
+    assert refused.startswith(f"refused: {tmp_path / 's'} is in use by a sweep (pid ")
+    statuses, rows, duplicated = won.rsplit("\n", 1)[-1].rsplit(" ", 2)
+    assert statuses == "['done', 'done', 'done', 'done']" and int(duplicated) == 0
+    assert int(rows) == len(sweep(tmp_path, "solo").table)  # the same rows as a sweep alone: none twice, none lost
+
+
+@pytest.mark.parametrize(
+    ("settings", "seeds", "text"),
+    [
+        ({"a": []}, [0, 1, 0], "seeds [0] appear more than once"),
+        ({"a": []}, [0, True], "seeds must be integers"),
+        ({"a": []}, [-1], "seeds must be integers in [0, 2**32-1]"),
+        ({"a": [], "b": ["algorithm.gamma=1.0"]}, [0], "settings 'a' and 'b' resolve to the same config"),
+        ({"on": [], "ON": ["lab.max_turns=3"]}, [0], "settings 'on' and 'ON' differ only in case"),
+        ({"a": "lab.seed=1"}, [0], "setting 'a' must be a list of key=value items"),
+    ],
+)
+def test_duplicates_are_refused_before_anything_runs(tmp_path, settings, seeds, text):
+    with pytest.raises(ValueError, match=re.escape(text)):
+        run_sweep(settings, seeds, sweep_dir=tmp_path / "s", dotlist=TINY_RUN, executor="serial", progress=False)
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_damaged_cell_never_loses_the_table_of_the_others(tmp_path):
+    whole = sweep(tmp_path, "s")
+    root = tmp_path / "s"
+    (root / "both_on" / "seed-1" / "metrics.jsonl").write_bytes(b"\x00\x01binary")
+    (root / "both_off" / "seed-0" / "cell.json").write_text('{"status": "do')  # torn
+    table, cells = collect_only(root)
+    assert cells.set_index(["setting", "seed"])["status"].to_dict() == {
+        ("both_on", 0): "done",
+        ("both_on", 1): "damaged",
+        ("both_off", 0): "damaged",
+        ("both_off", 1): "done",
+    }
+    damaged = cells[cells.status == "damaged"].error.tolist()
+    assert "metrics.jsonl is not a text JSON-lines file" in damaged[0] and "cell.json is not valid JSON" in damaged[1]
+    assert set(zip(table.setting, table.seed, strict=True)) == {("both_on", 0), ("both_off", 1)}
+    again = sweep(tmp_path, "s")  # the damaged cells rerun; the table is whole again
+    assert again.cells["status"].tolist() == ["done"] * 4
+    pd.testing.assert_frame_equal(canonical(again.table), canonical(whole.table))
+
+
+def collect_only(root):
+    """The cells' table as a sweep would collect it, without running anything."""
+    from agl_lab.training.sweep_cells import collect
+
+    cells = plan_sweep(SETTINGS, [0, 1], sweep_dir=root, dotlist=TINY_RUN)
+    return collect(cells)

@@ -4,6 +4,8 @@ import re
 
 import pytest
 
+from agl_lab.curves.history import read_wandb_offline
+from agl_lab.curves.jsonl import DamagedFileWarning
 from agl_lab.curves.wandb_offline import find_offline_runs, read_offline_run
 from conftest import log_offline_run
 
@@ -44,10 +46,21 @@ def test_unfinished_run_is_marked_incomplete(tmp_path, monkeypatch):
 def test_corrupt_foreign_and_missing_files(tmp_path, monkeypatch):
     log_offline_run(tmp_path, monkeypatch, steps=2)
     (file,) = find_offline_runs(tmp_path)
+    intact = read_offline_run(file)
     data = bytearray(file.read_bytes())
-    data[20] ^= 0xFF  # inside the first record's payload
+    data[20] ^= 0xFF  # inside the first record's payload: that record is left out, every other one kept
     file.write_bytes(bytes(data))
-    with pytest.raises(ValueError, match=re.escape(f"{file} is corrupt: bad checksum in the record at byte 7")):
+    damaged = read_offline_run(file)
+    assert damaged.damaged == [7] and damaged.complete
+    assert damaged.history == intact.history and damaged.summary == intact.summary
+    with pytest.warns(DamagedFileWarning, match=re.escape(f"{file}: left out 1 damaged record(s)")):
+        table = read_wandb_offline(tmp_path)
+    assert table[table.metric == "training/reward"].sort_values("step")["value"].tolist() == [0.0, 0.5]
+    data[10:12] = b"\xff\xff"  # the first record's length too: its block is skipped, later blocks would be kept
+    file.write_bytes(bytes(data))
+    assert read_offline_run(file).damaged[0] == 7 and not read_offline_run(file).history
+    file.write_bytes(b"")
+    with pytest.raises(ValueError, match=re.escape(f"{file} is empty")):
         read_offline_run(file)
     foreign = tmp_path / "run-foreign.wandb"
     foreign.write_text("hello")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
-import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +27,12 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from agl_lab.config.key_types import default_value, expected_value, type_problem
 from agl_lab.config.lab_config import LabConfig
+from agl_lab.config.secrets import redact_argv
 from agl_lab.config.tree import leaves, paths
 
 __all__ = ["BASES", "SHORT_RUN_YAML", "Base", "ConfigError", "base_config", "compose_config", "compose_from"]
@@ -169,63 +169,9 @@ def key_problem(path: str, base: DictConfig) -> str | None:
     return None
 
 
-def type_problem(path: str, value: Any, base: DictConfig) -> str | None:
-    """Why ``value`` does not fit the type of ``path`` in ``base``, or None if it fits (or the key is open).
-
-    The type is the default's, except where verl's config dataclass (the section's ``_target_``) declares a
-    float for a default written as an integer (``entropy_coeff: 0``, ``top_p: 1``): any number fits there.
-    """
-    expected = _leaf(base, path)
-    if expected is None or (isinstance(expected, str) and "${" in expected):
-        return None
-    if isinstance(expected, int) and not isinstance(expected, bool) and _declares_float(base, path):
-        expected = float(expected)
-    if isinstance(expected, bool):
-        ok, name = isinstance(value, bool), "a boolean (true/false)"
-    elif isinstance(expected, int):
-        ok, name = isinstance(value, int) and not isinstance(value, bool), "an integer"
-    elif isinstance(expected, float):
-        ok, name = isinstance(value, int | float) and not isinstance(value, bool), "a number"
-    elif isinstance(expected, str):
-        ok, name = isinstance(value, str | int | float) and not isinstance(value, bool), "a string"
-    elif isinstance(expected, list | ListConfig):
-        ok, name = isinstance(value, list | tuple | ListConfig), "a list, e.g. [a,b]"
-    elif isinstance(expected, dict | DictConfig):
-        ok, name = isinstance(value, Mapping | DictConfig), "a mapping, e.g. {a:1}"
-    else:
-        return None
-    if value is None or ok:
-        return None
-    return f"{path} must be {name}, got {value!r} ({type(value).__name__})"
-
-
-def _declares_float(base: DictConfig, path: str) -> bool:
-    parent_path, _, key = path.rpartition(".")
-    parent = OmegaConf.select(base, parent_path, default=None) if parent_path else base
-    target = parent.get("_target_") if isinstance(parent, DictConfig) else None
-    return bool(target) and float in _numeric_hints(str(target)).get(key, ())
-
-
-@functools.cache
-def _numeric_hints(target: str) -> dict[str, tuple[type, ...]]:
-    """Field name -> the types its annotation allows (Optional[float] -> (float, NoneType)) of a config dataclass."""
-    try:
-        hints = typing.get_type_hints(get_class(target))
-    except Exception:  # not importable here (an optional engine's config): fall back to the YAML default's type
-        return {}
-    return {name: typing.get_args(hint) or (hint,) for name, hint in hints.items()}
-
-
-def _leaf(base: DictConfig, path: str) -> Any:
-    node = OmegaConf.select(base, path, default=None, throw_on_missing=False)
-    if isinstance(node, DictConfig | ListConfig):
-        return OmegaConf.to_container(node)
-    return node
-
-
 def _coerce(path: str, value: Any, base: DictConfig) -> Any:
     """Numbers given for string settings (experiment names, ...) become strings, as Hydra would store them."""
-    expected = _leaf(base, path)
+    expected = expected_value(base, path)
     if isinstance(expected, str) and isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     if isinstance(expected, float) and isinstance(value, int) and not isinstance(value, bool):
@@ -235,6 +181,11 @@ def _coerce(path: str, value: Any, base: DictConfig) -> Any:
 
 def _apply(cfg: DictConfig, path: str, value: Any, mode: str) -> None:
     if mode == "delete":
+        default = default_value(shared_base(), path)
+        if default is not None and default != {}:  # null and empty defaults may go: readers take them as unset
+            what = "section" if isinstance(default, dict) else "key"
+            example = "e.g. algorithm.adv_estimator=grpo" if what == "section" else f"{path}=..."
+            raise KeyError(f"cannot delete it: verl's trainer and agl_lab read this {what}; set it instead ({example})")
         parent_path, _, key = path.rpartition(".")
         parent = OmegaConf.select(cfg, parent_path) if parent_path else cfg
         if not isinstance(parent, DictConfig) or key not in parent:
@@ -268,10 +219,12 @@ def _parse_dotlist(dotlist: Sequence[str]) -> list[tuple[str, Any, str]]:
             (override,) = parser.parse_overrides([item])
         except HydraException as exc:
             first_line = str(exc).splitlines()[0]
-            edits.append((item, f"{first_line}: write key.path=value (quote values with spaces)", "error"))
+            first_line = first_line.replace(item, _shown(item))  # a secret's value is never echoed
+            edits.append((_shown(item), f"{first_line}: write key.path=value (quote values with spaces)", "error"))
             continue
         if override.is_sweep_override():  # key=a,b or range(3): several values, one config cannot hold them
-            edits.append((item, f"{item}: several values (a sweep) are accepted only by `agl-lab sweep`", "error"))
+            shown = _shown(item)  # a secret's value is never echoed
+            edits.append((shown, f"{shown}: several values (a sweep) are accepted only by `agl-lab sweep`", "error"))
         elif override.is_delete():
             edits.append((override.key_or_group, None, "delete"))
         elif override.is_add() or override.is_force_add():
@@ -295,4 +248,10 @@ def _nearest(path: str, prefix: str, node: DictConfig) -> str:
 
 
 def _short(exc: Exception) -> str:
-    return str(exc).splitlines()[0]
+    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)  # str(KeyError) adds quotes
+    return str(text).splitlines()[0]
+
+
+def _shown(item: str) -> str:
+    """A dotlist item as it may be printed: a secret's value masked."""
+    return redact_argv([item])[0]

@@ -4,20 +4,22 @@ It reads any composed config (``agl_lab.compose_config``, a run's saved ``config
 hand) and explains what would surprise a researcher at step 1 or step 500: the rollout-level pair set
 half-way, estimators Agent Lightning refuses, a dual-clip constant that verl rejects, an update cap
 that drops everything, a mini-batch larger than the batch, misspelt keys, wrong types and unknown
-enum values. Errors stop ``agl-lab train``; warnings and notes are printed.
+enum values, and single values that would crash or train nothing (:mod:`agl_lab.config.checks`: NaN
+numbers, ``top_p=0``, micro-batches or ``ppo_epochs`` of 0, GAE without its critic). Errors stop
+``agl-lab train`` and go to stderr; warnings and notes are printed.
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from verl.trainer.ppo import core_algos
 
+from agl_lab.config.checks import Finding, value_findings
 from agl_lab.config.compose import ConfigError, key_problem, shared_base, type_problem
 from agl_lab.config.lab_config import LabConfig, lab_field_rule
 from agl_lab.config.modes import LOSS_MODES
@@ -26,7 +28,6 @@ from agl_lab.config.settings import (
     ESTIMATOR,
     LOSS_AGG_MODE,
     LOSS_MODE,
-    MINI_BATCH,
     ROLLOUT_LEVEL,
     SETTINGS,
     estimator_choices,
@@ -44,18 +45,7 @@ _AGG_MODES = [m.settings[LOSS_AGG_MODE] for m in LOSS_MODES.values() if LOSS_AGG
 # The lab: section's accepted values, from its own metadata.
 _LAB_RULES = {name: lab_field_rule(name) for name in LabConfig.__dataclass_fields__}
 
-ADV, PAIR_ADV, MINI = ESTIMATOR, ROLLOUT_LEVEL, MINI_BATCH
-
-
-@dataclass(frozen=True)
-class Finding:
-    level: Literal["error", "warning", "note"]
-    key: str
-    message: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.level:<7} {self.key}: {self.message} -> fix: {self.fix}"
+ADV, PAIR_ADV = ESTIMATOR, ROLLOUT_LEVEL
 
 
 def diagnose(cfg: DictConfig) -> list[Finding]:
@@ -65,10 +55,9 @@ def diagnose(cfg: DictConfig) -> list[Finding]:
         return findings  # semantic checks would only repeat the same broken values
     get = _getter(cfg)
     findings += _enums(get)
-    findings += _lab_ranges(get)
+    findings += value_findings(cfg, get)
     findings += _pair(get)
     findings += _algorithm(get)
-    findings += _batch_sizes(get)
     order = {"error": 0, "warning": 1, "note": 2}
     return sorted(findings, key=lambda f: order[f.level])
 
@@ -146,20 +135,6 @@ def _enums(get) -> list[Finding]:
         near = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.5)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         findings.append(Finding("error", key, f"unknown value {value!r}{hint}", f"use one of: {', '.join(allowed)}"))
-    return findings
-
-
-def _lab_ranges(get) -> list[Finding]:
-    findings = []
-    for name, rule in _LAB_RULES.items():
-        low, high, value = rule.get("low"), rule.get("high"), get(f"lab.{name}")
-        if low is None or not isinstance(value, int | float) or isinstance(value, bool) or low <= value <= high:
-            continue
-        findings.append(
-            Finding(
-                "error", f"lab.{name}", f"must be in [{low:g}, {high:g}], got {value!r}", f"set lab.{name} in range"
-            )
-        )
     return findings
 
 
@@ -248,26 +223,6 @@ def _algorithm(get) -> list[Finding]:
                 CAP,
                 f"must be null or an integer >= 1, got {cap!r}: a cap below 1 drops every row, so no step trains",
                 f"set {CAP}=null (no cap) or 2 (recommended)",
-            )
-        )
-    return findings
-
-
-def _batch_sizes(get) -> list[Finding]:
-    findings = []
-    sizes = {key: get(key) for key in ("data.train_batch_size", MINI, "actor_rollout_ref.rollout.n")}
-    for key, value in sizes.items():
-        if isinstance(value, int) and value < 1:
-            findings.append(Finding("error", key, f"must be a positive integer, got {value}", f"set {key} >= 1"))
-    batch, mini = sizes["data.train_batch_size"], sizes[MINI]
-    if isinstance(batch, int) and isinstance(mini, int) and mini > batch >= 1:
-        findings.append(
-            Finding(
-                "error",
-                MINI,
-                f"ppo_mini_batch_size ({mini}) is larger than data.train_batch_size ({batch}): one mini-batch needs "
-                f"{mini} x rollout.n rows but a step may collect only {batch} x rollout.n, so steps are skipped",
-                f"set {MINI} <= {batch}",
             )
         )
     return findings

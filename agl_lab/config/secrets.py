@@ -3,15 +3,20 @@
 A key is secret when its last name is ``agl_key``, contains ``api_key``/``apikey``/``password``/``secret``, or
 ends in ``token`` (``hf_token``; verl's ``ppo_max_token_len_per_gpu`` is not one). Non-empty values become
 ``***``; empty ones stay empty, so a reader still sees that no secret was set.
+
+Configs are redacted where they are written (:func:`redact`, :func:`redacted_yaml`), command lines where they are
+recorded (:func:`redact_argv`), and the command line masks every secret value it was given in whatever it prints
+last (:func:`secret_values`, :func:`mask_secrets`), tracebacks included.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["MASK", "is_secret_key", "redact", "redact_argv"]
+__all__ = ["MASK", "is_secret_key", "mask_secrets", "redact", "redact_argv", "redacted_yaml", "secret_values"]
 
 MASK = "***"
 _SECRET_NAME = re.compile(r"(^agl_key$|api_?key|password|secret|(^|_)token$)", re.IGNORECASE)
@@ -45,3 +50,41 @@ def redact_argv(argv: list[str]) -> list[str]:
         name = key.lstrip("+~-").replace("-", "_") if key.startswith("--") else key.lstrip("+~")
         out.append(f"{key}={MASK}" if sep and value and is_secret_key(name) else arg)
     return out
+
+
+def redacted_yaml(cfg: Any) -> str:
+    """A config (``DictConfig`` or plain mapping) as YAML, interpolations resolved, every secret as ``***``."""
+    from omegaconf import OmegaConf
+
+    container = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+    return OmegaConf.to_yaml(OmegaConf.create(redact(container)))
+
+
+# Environment variables that hold keys agl_lab or its trackers read.
+SECRET_ENV = ("AGL_KEY", "WANDB_API_KEY", "HF_TOKEN", "OPENAI_API_KEY")
+
+
+def secret_values(argv: Iterable[str], environ: Mapping[str, str] | None = None) -> list[str]:
+    """The secret values in a command line (``key=value`` items with a secret key, ``--agl-key x``) and in
+    :data:`SECRET_ENV`: what :func:`mask_secrets` must hide from anything printed."""
+    argv = list(argv)
+    values = []
+    for i, arg in enumerate(argv):
+        key, sep, value = arg.partition("=")
+        name = key.lstrip("+~-").replace("-", "_")
+        if sep and value and is_secret_key(name):
+            values.append(value)
+        elif key.startswith("--") and not sep and is_secret_key(name) and i + 1 < len(argv):
+            values.append(argv[i + 1])
+    environ = os.environ if environ is None else environ
+    values += [environ[name] for name in SECRET_ENV if environ.get(name)]
+    # a value given as a Hydra list or quoted ('[sk-1]', "'sk-1'") also appears without its brackets or quotes
+    values += [v.strip("[]'\"") for v in values]
+    return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
+
+
+def mask_secrets(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every occurrence of each secret value replaced by ``***``."""
+    for secret in secrets:
+        text = text.replace(secret, MASK)
+    return text

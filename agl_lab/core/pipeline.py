@@ -29,6 +29,7 @@ from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage, co
 from agl_lab.core.advantage import compute_rollout_level_advantage
 from agl_lab.core.groups import group_rows, non_tensor_ids, uniform_groups
 from agl_lab.core.loss import PER_ROLLOUT_MEAN_LOSS_MODE, normalize_advantages_by_rollout
+from agl_lab.core.rows import require_finite_rows
 from agl_lab.core.update_cap import EmptyBatchWarning, marked_rows_kept, plan_update_cap
 
 __all__ = [
@@ -123,6 +124,10 @@ def compute_advantages(
     """
     algorithm = cfg.algorithm
     metrics: dict[str, Any] = {}
+    if "token_level_scores" not in batch.batch.keys():
+        raise ValueError("batch lacks token_level_scores: the rows need the rollout's reward on their last token")
+    # NaN/inf rewards are refused on every path before anything is written: verl's estimators would spread them
+    require_finite_rows(batch.batch["token_level_scores"].sum(dim=-1), "token_level_scores")  # (rows,)
     if algorithm.use_kl_in_reward:
         for key in ("old_log_probs", "ref_log_prob"):
             if key not in batch.batch.keys():
@@ -133,8 +138,6 @@ def compute_advantages(
         batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=kl_ctrl, kl_penalty=algorithm.kl_penalty)
         metrics.update(kl_metrics)
     else:
-        if "token_level_scores" not in batch.batch.keys():
-            raise ValueError("batch lacks token_level_scores: the rows need the rollout's reward on their last token")
         batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
 
     adv_kwargs = advantage_kwargs(cfg)

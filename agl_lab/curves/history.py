@@ -4,12 +4,15 @@ Sources: an agl_lab run directory (``metrics.jsonl`` + ``config.yaml``), an offl
 (read with :mod:`agl_lab.curves.wandb_offline`), an online W&B run through ``wandb.Api`` (needs a key), a CSV
 exported from the W&B UI, and verl's ``file``-backend JSONL (``{"step": N, "data": {...}}`` lines). One
 table lets local lab runs and runs you already have from real Agent Lightning training share a plot.
+
+Readers keep what is whole: a torn last line (a killed run, a full disk) or a damaged W&B record is left out with a
+:class:`~agl_lab.curves.jsonl.DamagedFileWarning` and every complete step is read; empty and binary files are
+errors that name the file.
 Notebook: ``notebooks/04_reproduce_curves.ipynb``.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,6 +23,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from agl_lab.curves.jsonl import DamagedFileWarning, read_jsonl, read_text_file
 from agl_lab.curves.wandb_offline import find_offline_runs, read_offline_run
 
 __all__ = [
@@ -28,6 +32,7 @@ __all__ = [
     "missing_metrics",
     "read_history",
     "read_run_dir",
+    "read_timings",
     "read_verl_jsonl",
     "read_wandb_csv",
     "read_wandb_offline",
@@ -66,12 +71,20 @@ def read_history(path: str | Path) -> pd.DataFrame:
 
 def read_run_dir(path: str | Path, *, setting: str | None = None, seed: int | None = None) -> pd.DataFrame:
     """An agl_lab run directory: its ``metrics.jsonl``, labelled by its config (experiment name and lab.seed)."""
-    path = Path(path)
-    metrics = path / "metrics.jsonl"
-    if not metrics.exists():
-        raise FileNotFoundError(f"{path} has no metrics.jsonl: is it an agl_lab run directory?")
+    return _read_run_file(Path(path), "metrics.jsonl", setting=setting, seed=seed)
+
+
+def read_timings(path: str | Path, *, setting: str | None = None, seed: int | None = None) -> pd.DataFrame:
+    """An agl_lab run directory's ``timings.jsonl`` (``timing_s/*``, ``perf/*`` per step), labelled like its metrics."""
+    return _read_run_file(Path(path), "timings.jsonl", setting=setting, seed=seed)
+
+
+def _read_run_file(path: Path, name: str, *, setting: str | None, seed: int | None) -> pd.DataFrame:
+    file = path / name
+    if not file.exists():
+        raise FileNotFoundError(f"{path} has no {name}: is it an agl_lab run directory?")
     config = _yaml(path / "config.yaml")
-    rows = [_json_line(line, metrics, n) for n, line in enumerate(metrics.read_text().splitlines(), 1) if line.strip()]
+    rows = read_jsonl(file)
     return _long(
         ((row.get("step"), row) for row in rows),
         source="agl_lab",
@@ -86,6 +99,13 @@ def read_wandb_offline(path: str | Path, *, include_incomplete: bool = False) ->
     tables, unfinished = [], []
     for file in find_offline_runs(path):
         run = read_offline_run(file)
+        if run.damaged:
+            warnings.warn(
+                f"{file}: left out {len(run.damaged)} damaged record(s) (bad checksum or type at bytes "
+                f"{', '.join(map(str, run.damaged[:5]))}); kept every record that checks out",
+                DamagedFileWarning,
+                stacklevel=2,
+            )
         if not run.complete and not include_incomplete:
             unfinished.append(file.parent.name)
             continue
@@ -132,6 +152,8 @@ def read_wandb_csv(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     try:
         frame = pd.read_csv(path)
+    except pd.errors.EmptyDataError as exc:
+        raise ValueError(f"{path} is empty: export the run history as CSV from the W&B UI") from exc
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path} is not a readable CSV: {exc}") from exc
     step = next((c for c in frame.columns if c.lower() in ("step", "_step", "global_step")), None)
@@ -155,7 +177,7 @@ def read_wandb_csv(path: str | Path) -> pd.DataFrame:
 def read_verl_jsonl(path: str | Path) -> pd.DataFrame:
     """verl's ``file`` tracking backend: one ``{"step": N, "data": {...}}`` object per line."""
     path = Path(path)
-    rows = [_json_line(line, path, n) for n, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
+    rows = read_jsonl(path)
     if rows and not all(isinstance(r, dict) and "step" in r and isinstance(r.get("data"), dict) for r in rows):
         if all("step" in r for r in rows):  # an agl_lab metrics.jsonl given directly
             return _long(((r["step"], r) for r in rows), source="agl_lab", run=path.parent.name, setting=None)
@@ -226,19 +248,7 @@ def _yaml(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
-        loaded = yaml.safe_load(path.read_text())
+        loaded = yaml.safe_load(read_text_file(path, what="YAML file"))
     except yaml.YAMLError as exc:
         raise ValueError(f"{path} is not valid YAML: {exc}") from exc
     return loaded if isinstance(loaded, dict) else {}
-
-
-def _json_line(line: str, path: Path, number: int) -> dict[str, Any]:
-    try:
-        value = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ValueError(
-            f"{path}:{number} is not JSON ({exc.msg}); is the file corrupt or still being written?"
-        ) from exc
-    if not isinstance(value, dict):
-        raise ValueError(f"{path}:{number} is not a JSON object")
-    return value

@@ -12,6 +12,8 @@ file is the only record of a run's history, config and summary. Its framing is L
   ``summary`` updates and, once the run finished, ``exit``.
 
 This is a private format, which is why ``wandb`` is pinned; tests log real offline runs and read them back.
+A record whose checksum or type is wrong (a torn write, a full disk) is skipped as LevelDB's reader does: the rest
+of its block is passed over, every record that checks out is kept, and ``OfflineRun.damaged`` lists where.
 A run is complete only when its ``exit`` record is present. ``wandb.finish()`` can return before wandb's
 service has written it, so whoever reads a run right after finishing it waits with :func:`wait_for_exit`.
 """
@@ -47,6 +49,7 @@ class OfflineRun:
     summary: dict[str, Any] = field(default_factory=dict)
     complete: bool = False
     exit_code: int | None = None
+    damaged: list[int] = field(default_factory=list)  # byte offsets of records left out (bad checksum or type)
 
 
 def find_offline_runs(root: str | Path) -> list[Path]:
@@ -65,7 +68,7 @@ def read_offline_run(path: str | Path) -> OfflineRun:
 
     file = _run_file(Path(path))
     run = OfflineRun(path=file)
-    for payload in _payloads(file):
+    for payload in _payloads(file, run.damaged):
         record = wandb_internal_pb2.Record()
         try:
             record.ParseFromString(payload)
@@ -115,12 +118,19 @@ def _run_file(path: Path) -> Path:
     return path
 
 
-def _payloads(file: Path):
-    """Yield each record's payload, reassembling records split across 32 KiB blocks and checking every crc."""
+def _payloads(file: Path, damaged: list[int]):
+    """Yield each record's payload, reassembling records split across 32 KiB blocks and checking every crc.
+
+    A record with a bad crc or an unknown type is appended to ``damaged`` and skipped: by its length when that stays
+    in its block and the record after it checks out, else by the rest of its block (LevelDB's reader resynchronizes
+    there: a record never starts inside another one's bytes, so the next block is the next place one surely starts).
+    """
     data = file.read_bytes()
+    if not data:
+        raise ValueError(f"{file} is empty: the W&B run never wrote to it")
     if not data.startswith(_MAGIC):
         raise ValueError(f"{file} is not a W&B run file (no ':W&B' header): offline runs end in .wandb")
-    pos, pending = len(_MAGIC), b""
+    pos, pending, trusted_length = len(_MAGIC), None, True
     while pos + _HEADER.size <= len(data):
         room = _BLOCK - pos % _BLOCK
         if room < _HEADER.size:  # zero padding at a block's end
@@ -133,20 +143,23 @@ def _payloads(file: Path):
         if end > len(data):
             break  # the last record is still being written: read what is complete
         payload = data[start:end]
-        if zlib.crc32(bytes([kind]) + payload) != crc:
-            raise ValueError(f"{file} is corrupt: bad checksum in the record at byte {pos}")
-        pos = end
+        if zlib.crc32(bytes([kind]) + payload) != crc or kind not in (_FULL, _FIRST, _MIDDLE, _LAST):
+            damaged.append(pos)
+            block_end = pos + room
+            # skip by the record's own length once; if that lands on another bad record, skip to the next block
+            pos, pending = (end if trusted_length and end <= block_end else block_end), None
+            trusted_length = False
+            continue
+        pos, trusted_length = end, True
         if kind == _FULL:
             yield payload
         elif kind == _FIRST:
             pending = payload
-        elif kind == _MIDDLE:
+        elif pending is not None:  # a MIDDLE or LAST whose FIRST was lost is dropped with it
             pending += payload
-        elif kind == _LAST:
-            yield pending + payload
-            pending = b""
-        else:
-            raise ValueError(f"{file} is corrupt: unknown record type {kind} at byte {pos}")
+            if kind == _LAST:
+                yield pending
+                pending = None
 
 
 def _key(item: Any) -> str:

@@ -3,15 +3,18 @@
 A researcher dumps a batch from an Agent Lightning run with verl's ``DataProto.save_to_disk``: a pickle, and
 unpickling a file runs code chosen by whoever made it, so :func:`load_batch` opens pickles only with
 ``trusted=True``. Batches that people share go in agl_lab's safe format (:func:`save_batch`): a directory with
-the tensors in safetensors and every other field in JSON, nothing executes on load. ``data/sample_batch`` ships
-in that format. Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
+the tensors in safetensors and every other field in JSON, nothing executes on load; ``batch.json`` holds the sha256
+of both files' contents, so a changed or damaged byte is refused on load. ``data/sample_batch`` ships in that format.
+Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,7 @@ from verl import DataProto
 __all__ = ["BatchFileError", "data_dir", "load_batch", "sample_batch_path", "save_batch"]
 
 SAFE_FORMAT = "agl_lab.batch"
-SAFE_VERSION = 1
+SAFE_VERSION = 2  # 2: batch.json holds sha256 checksums of the header and the tensors file (1: none)
 TENSORS_FILE = "tensors.safetensors"
 META_FILE = "batch.json"
 
@@ -60,6 +63,7 @@ def save_batch(batch: DataProto, path: str | os.PathLike, *, overwrite: bool = F
     }
     path.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path / TENSORS_FILE), metadata={"format": SAFE_FORMAT, "version": str(SAFE_VERSION)})
+    header["sha256"] = {"header": _header_digest(header), "tensors": _file_digest(path / TENSORS_FILE)}
     (path / META_FILE).write_text(json.dumps(header, indent=1) + "\n")
     return path
 
@@ -132,10 +136,13 @@ def _load_safe(path: Path) -> DataProto:
     if not isinstance(header, dict) or header.get("format") != SAFE_FORMAT:
         raise BatchFileError(f"{meta_path} is not an agl_lab batch header (its format is not {SAFE_FORMAT!r})")
     version = header.get("version")
-    if not isinstance(version, int) or version > SAFE_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise BatchFileError(f"{meta_path} is corrupt: its format version is {version!r}; save the batch again")
+    if version > SAFE_VERSION:
         raise BatchFileError(
             f"{path} has format version {version!r}; this agl_lab reads up to {SAFE_VERSION}: update agl_lab"
         )
+    _verify_checksums(path, header, tensors_path)
     try:
         tensors = load_file(str(tensors_path))
         n = int(header["rows"])
@@ -151,6 +158,41 @@ def _load_safe(path: Path) -> DataProto:
     if wrong:
         raise BatchFileError(f"{path} is corrupt: fields {wrong} do not have {n} rows as {META_FILE} says")
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info)
+
+
+def _verify_checksums(path: Path, header: dict[str, Any], tensors_path: Path) -> None:
+    """Refuse a batch whose files changed after :func:`save_batch` wrote them (a flipped byte, a cut file)."""
+    sums = header.get("sha256")
+    if sums is None and header["version"] < 2:
+        warnings.warn(
+            f"{path} has no checksums (saved before agl_lab's batch format 2), so a damaged byte would go unnoticed: "
+            "save it again with agl_lab.lab.batch_io.save_batch",
+            stacklevel=4,
+        )
+        return
+    if not isinstance(sums, dict):
+        raise BatchFileError(f"{path} is corrupt: {META_FILE} lacks its sha256 checksums; save the batch again")
+    actual = {"header": _header_digest(header), "tensors": _file_digest(tensors_path)}
+    changed = [META_FILE if name == "header" else TENSORS_FILE for name in actual if sums.get(name) != actual[name]]
+    if changed:
+        raise BatchFileError(
+            f"{path} is corrupt: the sha256 of {' and '.join(changed)} does not match the checksum save_batch stored "
+            f"in {META_FILE} (a byte changed after the batch was saved); save the batch again"
+        )
+
+
+def _header_digest(header: dict[str, Any]) -> str:
+    """sha256 of the header's content without its checksums, independent of indentation and key order."""
+    content = {key: value for key, value in header.items() if key != "sha256"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _load_pickle(path: Path) -> DataProto:

@@ -2,7 +2,8 @@
 
 By default a tiny ``LlamaForCausalLM`` (``lab.model_layers`` layers of width ``lab.model_hidden``) is built
 from a config, with a word-level tokenizer over the task's words built in code: nothing is downloaded,
-the weights come from ``lab.seed``, and it learns the default task on a laptop CPU. A local Hugging Face
+the weights come from ``lab.seed`` through a generator of the run's own (never torch's process-wide one, so runs in
+threads of one process do not disturb each other), and it learns the default task on a laptop CPU. A local Hugging Face
 model directory (``lab.model_path``, else ``actor_rollout_ref.model.path`` when that is a local directory)
 goes through the same code: ``from_pretrained`` instead of a config. A finished run's ``policy/`` folder is
 such a directory. ``lab.device: auto`` picks CUDA when torch sees a GPU, else the CPU.
@@ -13,6 +14,8 @@ on logits divided by the temperature, as verl's actor does, so old and new log-p
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +23,7 @@ import torch
 import verl.utils.torch_functional as verl_F
 from omegaconf import DictConfig
 from tokenizers import Tokenizer, models, pre_tokenizers
+from torch import nn
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -242,6 +246,45 @@ def _tiny_llama(tokenizer: PreTrainedTokenizerFast, *, layers: int, hidden: int,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
     )
-    with torch.random.fork_rng(devices=[]):  # seed the weights without touching the caller's global RNG
-        torch.manual_seed(seed)
-        return LlamaForCausalLM(config)
+    with torch.device("meta"):  # no weights yet, and no draw from torch's process-wide generator
+        model = LlamaForCausalLM(config)
+    model.to_empty(device="cpu")
+    _init_weights(model, generator=torch.Generator().manual_seed(seed))
+    return model
+
+
+@torch.no_grad()
+def _init_weights(model: LlamaForCausalLM, *, generator: torch.Generator) -> None:
+    """The weights ``LlamaForCausalLM(config)`` gets after ``torch.manual_seed(seed)``, from the run's own generator.
+
+    Bit for bit (tests/test_policy.py compares): torch's constructors first draw each layer's default init in the
+    order they build it (``normal_`` for the embedding, ``kaiming_uniform_`` for linears), values that transformers
+    then overwrites, depth-first, with ``normal_(0, initializer_range)``; norms are ones, the rotary frequencies
+    computed. Drawing from a generator of the run's own, not the process-wide one, keeps two runs in one process (the
+    training panel's thread, a notebook) from changing each other's weights.
+    """
+    base, std = model.model, model.config.initializer_range
+    for module in base.modules():  # construction order: only the generator's position matters here
+        if isinstance(module, nn.Embedding):
+            module.weight.normal_(0.0, 1.0, generator=generator)
+        elif isinstance(module, nn.Linear):
+            bound = 1 / math.sqrt(module.in_features)  # kaiming_uniform_(a=sqrt(5)) on (out, in)
+            module.weight.uniform_(-bound, bound, generator=generator)
+    for module in _children_first(base):
+        if isinstance(module, nn.Linear | nn.Embedding):
+            module.weight.normal_(0.0, std, generator=generator)
+            if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+                module.weight[module.padding_idx].zero_()
+        elif "RMSNorm" in type(module).__name__:
+            module.weight.fill_(1.0)
+        elif "RotaryEmbedding" in type(module).__name__:
+            inv_freq, _ = module.compute_default_rope_parameters(module.config)
+            module.inv_freq.copy_(inv_freq)
+            module.original_inv_freq.copy_(inv_freq)
+    model.tie_weights()  # lm_head shares the embedding (its own draws come last, so they are not needed)
+
+
+def _children_first(module: nn.Module) -> Iterator[nn.Module]:
+    for child in module.children():
+        yield from _children_first(child)
+    yield module

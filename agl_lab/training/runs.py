@@ -9,20 +9,25 @@ Layout (``lab.run_dir``, or a fresh ``runs/<time>-<experiment_name>-s<seed>/`` u
     wandb/           the W&B run, offline-run-*/ when offline       (trainer.logger has wandb)
     tracking.jsonl   verl's file backend                            (trainer.logger has file)
 
-Lines are flushed as they are written, so a run that is stopped or crashes keeps every finished step.
+Lines are flushed as they are written, so a run that is stopped or crashes keeps every finished step. A run claims
+its directory by creating ``config.yaml`` exclusively (``O_EXCL``, atomic on a local file system): of two runs
+started into one ``lab.run_dir`` one gets it and the other is refused before it writes anything, and a directory
+that holds a run is never written into again.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import os
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from agl_lab.config.secrets import redact
+from agl_lab.config.secrets import redacted_yaml
 
 __all__ = ["RunFiles", "create_run_dir", "resolved_config_yaml"]
 
@@ -31,11 +36,8 @@ def create_run_dir(cfg: DictConfig) -> Path:
     """``lab.run_dir`` (created if needed; refused if it already holds a run), else a fresh timestamped folder."""
     if cfg.lab.run_dir:
         path = Path(cfg.lab.run_dir).expanduser()
-        if (path / "metrics.jsonl").exists():
-            raise FileExistsError(
-                f"lab.run_dir={str(path)!r} already holds a run (metrics.jsonl): choose another directory, "
-                "delete it, or leave lab.run_dir null for a fresh one"
-            )
+        if (path / "config.yaml").exists() or (path / "metrics.jsonl").exists():
+            raise FileExistsError(_taken(path))
         path.mkdir(parents=True, exist_ok=True)
         return path.resolve()
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -52,23 +54,71 @@ def create_run_dir(cfg: DictConfig) -> Path:
 
 def resolved_config_yaml(cfg: DictConfig) -> str:
     """The config as YAML, interpolations resolved and every secret replaced by ``***``."""
-    return OmegaConf.to_yaml(OmegaConf.create(redact(OmegaConf.to_container(cfg, resolve=True))))
+    return redacted_yaml(cfg)
 
 
 class RunFiles:
-    """Writes ``config.yaml`` on opening, then ``metrics.jsonl`` and ``timings.jsonl`` one line per step."""
+    """Claims the run directory by creating ``config.yaml``, then writes ``metrics.jsonl`` and ``timings.jsonl``."""
 
     def __init__(self, run_dir: Path, cfg: DictConfig) -> None:
         self.run_dir = run_dir
-        (run_dir / "config.yaml").write_text(resolved_config_yaml(cfg))
-        self._metrics = (run_dir / "metrics.jsonl").open("w")
-        self._timings = (run_dir / "timings.jsonl").open("w")
+        self.created: list[Path] = []
+        config = run_dir / "config.yaml"
+        try:
+            fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise FileExistsError(_taken(run_dir)) from None
+        self.created.append(config)
+        try:
+            with os.fdopen(fd, "w") as file:
+                file.write(resolved_config_yaml(cfg))
+            self._metrics = self._create("metrics.jsonl")
+            self._timings = self._create("timings.jsonl")
+        except BaseException:
+            self.discard()
+            raise
 
     def write(self, step: int, metrics: Mapping[str, Any], timings: Mapping[str, Any]) -> None:
         for file, values in ((self._metrics, metrics), (self._timings, timings)):
-            file.write(json.dumps({"step": step, **values}) + "\n")
-            file.flush()
+            try:
+                file.write(json.dumps({"step": step, **values}) + "\n")
+                file.flush()
+            except OSError as exc:  # a full disk: say which file, the steps before this one are on disk
+                if exc.filename is not None or exc.errno is None:
+                    raise
+                raise type(exc)(exc.errno, exc.strerror, file.name) from exc
 
     def close(self) -> None:
-        self._metrics.close()
-        self._timings.close()
+        """Close both files; a failure on one (a full disk refusing the last flush) still closes the other."""
+        try:
+            self._metrics.close()
+        finally:
+            self._timings.close()
+
+    def discard(self) -> None:
+        """Undo a run that never started: remove what it created here (and what its trackers began), and the
+        directory if that leaves it empty. Files that were there before are left alone."""
+        for file in ("_metrics", "_timings"):
+            if hasattr(self, file):
+                getattr(self, file).close()
+        for path in self.created:
+            path.unlink(missing_ok=True)
+        for name in ("wandb", "tensorboard"):
+            shutil.rmtree(self.run_dir / name, ignore_errors=True)
+        (self.run_dir / "tracking.jsonl").unlink(missing_ok=True)
+        try:
+            self.run_dir.rmdir()
+        except OSError:  # not empty: a sweep's cell.json or the user's own files
+            pass
+
+    def _create(self, name: str):
+        file = (self.run_dir / name).open("x")
+        self.created.append(self.run_dir / name)
+        return file
+
+
+def _taken(path: Path) -> str:
+    return (
+        f"lab.run_dir={str(path)!r} already holds a run (or another run is writing to it): choose another directory, "
+        "delete it, or leave lab.run_dir null for a fresh one"
+    )

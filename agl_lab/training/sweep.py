@@ -3,10 +3,15 @@
 A single short run is noise; a curve is reproduced by running each setting over several seeds and comparing
 bands. Each cell is a short run (``agl_lab.short_run_config``: Agent Lightning's defaults, the short-run
 sizes, your ``overrides`` and ``dotlist``, then the setting's own dotlist) in its own run directory,
-``<sweep_dir>/<setting>/seed-<seed>/``, with a ``cell.json`` recording its setting, seed, dotlist and status
-(``running``, ``done``, ``failed`` with the error). Running the same sweep again skips finished cells and
-reruns failed or interrupted ones; a failing cell never loses the others. The result is one long-form table
-(``history.COLUMNS``) over all finished cells.
+``<sweep_dir>/<setting>/seed-<seed>/``, with a ``cell.json`` recording its setting, seed, dotlist, status
+(``running``, ``done``, ``failed`` with the error) and the hash of the resolved config it ran
+(:mod:`agl_lab.training.sweep_cells`). Running the same sweep again skips the cells done with the same config and
+reruns the rest (failed, interrupted, or changed: other steps, a setting redefined); a failing or damaged cell never
+loses the others. The result is one long-form table (``history.COLUMNS``) over all finished cells.
+
+A sweep holds its directory while it runs (:func:`agl_lab.training.locks.directory_lock`): a second sweep into it is
+refused, never mixed in. Duplicate seeds, and settings that resolve to the same config, are refused before anything
+runs (each would be trained and counted twice). SIGTERM stops a serial sweep like Ctrl-C: finished cells are kept.
 
 A cell trains with ``lab.cpu_threads`` torch threads (1 by default) whichever executor runs it, so Ray and
 serial sweeps give the same numbers for the same seeds. Ray workers register ``per_rollout_mean`` through
@@ -16,13 +21,13 @@ Notebook: ``notebooks/04_reproduce_curves.ipynb``.
 
 from __future__ import annotations
 
-import json
+import numbers
 import re
 import shutil
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,23 +36,16 @@ from tqdm.auto import tqdm
 
 from agl_lab.config.compose import short_run_config
 from agl_lab.config.lab_config import lab_field_rule
+from agl_lab.config.secrets import mask_secrets, secret_values
 from agl_lab.core.loss import ray_runtime_env
-from agl_lab.curves.history import COLUMNS, read_run_dir
+from agl_lab.training.locks import directory_lock
+from agl_lab.training.process_state import Terminated, sigterm_as_interrupt
+from agl_lab.training.sweep_cells import Cell, cell_status, collect, config_sha256, write_status
 from agl_lab.training.trainer import train
 
-__all__ = ["Cell", "SweepResult", "plan_sweep", "run_sweep"]
+__all__ = ["Cell", "SweepResult", "plan_sweep", "run_cell", "run_sweep"]
 
 Executor = Literal["ray", "serial"]
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One run of a sweep: a named setting (a dotlist) at one seed, in its own directory."""
-
-    setting: str
-    seed: int
-    dotlist: tuple[str, ...]
-    run_dir: str
 
 
 @dataclass
@@ -55,7 +53,8 @@ class SweepResult:
     sweep_dir: Path
     table: pd.DataFrame  # long form: source, run, setting, seed, step, metric, value (finished cells)
     cells: pd.DataFrame  # one line per cell: setting, seed, status, error, wall_s, run_dir
-    stopped: bool = False  # Ctrl-C ended the sweep early; the table holds the cells that finished
+    stopped: bool = False  # Ctrl-C or SIGTERM ended the sweep early; the table holds the cells that finished
+    interrupted_by: str | None = None  # "SIGINT" (Ctrl-C) or "SIGTERM"
     figures: dict[str, Path] = field(default_factory=dict)  # figures saved from the table (the demo saves them)
 
 
@@ -67,16 +66,24 @@ def plan_sweep(
     overrides: Mapping[str, Any] | None = None,
     dotlist: Sequence[str] = (),
 ) -> list[Cell]:
-    """The cells of a sweep; every cell's config is composed now, so a bad setting fails before anything runs."""
+    """The cells of a sweep; every cell's config is composed now, so a bad setting fails before anything runs.
+
+    Refused too: duplicate seeds, seeds that are not integers >= 0, setting names that differ only in case (one
+    directory on many file systems), and settings that resolve to the same config.
+    """
     if not settings:
         raise ValueError("settings is empty: give at least one {name: [key=value, ...]}")
-    if not seeds:
-        raise ValueError("seeds is empty: give at least one seed")
+    seeds = _checked_seeds(seeds)
     root = Path(sweep_dir)
-    cells = []
+    cells, names, configs = [], {}, {}
     for name, items in settings.items():
         if not re.fullmatch(r"[A-Za-z0-9_.+-]+", name):
             raise ValueError(f"setting name {name!r} must be letters, digits or _ . + - (it names a directory)")
+        if name.lower() in names:
+            raise ValueError(f"settings {names[name.lower()]!r} and {name!r} differ only in case: rename one")
+        names[name.lower()] = name
+        if isinstance(items, str):
+            raise ValueError(f"setting {name!r} must be a list of key=value items, got the string {items!r}")
         for seed in seeds:
             run_dir = root / name / f"seed-{seed}"
             cell_dotlist = (
@@ -86,8 +93,24 @@ def plan_sweep(
                 f"lab.run_dir={run_dir}",
                 f"trainer.experiment_name={name}",
             )
-            short_run_config(overrides, cell_dotlist)  # raises ConfigError naming the problem
-            cells.append(Cell(setting=name, seed=int(seed), dotlist=cell_dotlist, run_dir=str(run_dir)))
+            cfg = short_run_config(overrides, cell_dotlist)  # raises ConfigError naming the problem
+            if seed == seeds[0]:  # the setting's config without its name (names flow into other keys)
+                unnamed = short_run_config(overrides, (*dotlist, *items, f"lab.seed={seed}"))
+                same = configs.setdefault(config_sha256(unnamed), name)
+                if same != name:
+                    raise ValueError(
+                        f"settings {same!r} and {name!r} resolve to the same config: each cell would be trained "
+                        "twice and counted twice; drop one, or make them differ"
+                    )
+            cells.append(
+                Cell(
+                    setting=name,
+                    seed=seed,
+                    dotlist=cell_dotlist,
+                    run_dir=str(run_dir),
+                    config_sha256=config_sha256(cfg),
+                )
+            )
     return cells
 
 
@@ -119,41 +142,44 @@ def run_sweep(
             raise ValueError(f"wandb_mode must be one of {list(modes)} (or None), got {wandb_mode!r}")
         dotlist = [*dotlist, f"lab.wandb_mode={wandb_mode}"]
     cells = plan_sweep(settings, seeds, sweep_dir=sweep_dir, overrides=overrides, dotlist=dotlist)
-    todo = [cell for cell in cells if _status(cell) != "done"]
-    bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc="sweep cells", disable=not progress)
-    stopped = False
-    try:
-        if executor == "serial":
-            for cell in todo:
-                run_cell(cell, overrides, progress=progress and len(cells) == 1)
-                bar.update()
-        else:
-            _run_on_ray(todo, overrides, address=address, num_cpus=num_cpus, bar=bar)
-    except KeyboardInterrupt:  # Ctrl-C: what finished is kept and returned; the next run resumes the rest
-        stopped = True
-    finally:
-        bar.close()
-    result = _collect(Path(sweep_dir), cells)
-    result.stopped = stopped
-    return result
+    stopped, interrupted_by = False, None
+    with directory_lock(sweep_dir, purpose="sweep"), sigterm_as_interrupt():
+        todo = [cell for cell in cells if cell_status(cell) != "done"]
+        bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc="sweep cells", disable=not progress)
+        try:
+            if executor == "serial":
+                for cell in todo:
+                    run_cell(cell, overrides, progress=progress and len(cells) == 1)
+                    bar.update()
+            else:
+                _run_on_ray(todo, overrides, address=address, num_cpus=num_cpus, bar=bar)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: what finished is kept and returned; the next run resumes
+            stopped, interrupted_by = True, "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+        finally:
+            bar.close()
+        table, cell_lines = collect(cells)
+    return SweepResult(
+        sweep_dir=Path(sweep_dir), table=table, cells=cell_lines, stopped=stopped, interrupted_by=interrupted_by
+    )
 
 
 def run_cell(cell: Cell, overrides: Mapping[str, Any] | None, *, progress: bool = False) -> str:
     """Run one cell in this process and record its status; a failure is recorded, not raised."""
     run_dir = Path(cell.run_dir)
     if run_dir.exists():
-        shutil.rmtree(run_dir)  # an interrupted or failed attempt: start the cell afresh
+        shutil.rmtree(run_dir)  # an interrupted, failed or changed attempt: start the cell afresh
     run_dir.mkdir(parents=True)
-    _write_status(cell, "running")
+    write_status(cell, "running")
     start = time.perf_counter()
     try:
         result = train(short_run_config(overrides, cell.dotlist), progress=progress)
     except Exception as exc:  # a cell's failure is data for the table, not a crash of the sweep
-        _write_status(cell, "failed", error="".join(traceback.format_exception_only(type(exc), exc)).strip())
+        error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        write_status(cell, "failed", error=mask_secrets(error, secret_values(cell.dotlist)))
         return "failed"
-    if result.stopped:  # Ctrl-C: the cell stays "running", so the next sweep reruns it
+    if result.stopped:  # Ctrl-C or SIGTERM: the cell stays "running", so the next sweep reruns it
         raise KeyboardInterrupt
-    _write_status(cell, "done", wall_s=round(time.perf_counter() - start, 1))
+    write_status(cell, "done", wall_s=round(time.perf_counter() - start, 1))
     return "done"
 
 
@@ -181,44 +207,25 @@ def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: 
                 try:
                     ray.get(ref)
                 except Exception as exc:  # the worker died (killed, out of memory): the cell failed, not the sweep
-                    _write_status(cell, "failed", error=f"Ray task failed: {type(exc).__name__}: {exc}")
+                    error = mask_secrets(f"Ray task failed: {type(exc).__name__}: {exc}", secret_values(cell.dotlist))
+                    write_status(cell, "failed", error=error)
                 bar.update()
     finally:
         if started_here:  # a Ray instance the sweep started goes with it; one you started stays yours
             ray.shutdown()
 
 
-def _status(cell: Cell) -> str | None:
-    path = Path(cell.run_dir) / "cell.json"
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text()).get("status")
-    except json.JSONDecodeError:
-        return None
-
-
-def _write_status(cell: Cell, status: str, *, error: str | None = None, wall_s: float | None = None) -> None:
-    record = {**asdict(cell), "dotlist": list(cell.dotlist), "status": status, "error": error, "wall_s": wall_s}
-    (Path(cell.run_dir) / "cell.json").write_text(json.dumps(record, indent=1))
-
-
-def _collect(sweep_dir: Path, cells: list[Cell]) -> SweepResult:
-    rows, tables = [], []
-    for cell in cells:
-        path = Path(cell.run_dir) / "cell.json"
-        record = json.loads(path.read_text()) if path.exists() else {"status": "not run", "error": None}
-        rows.append(
-            {
-                "setting": cell.setting,
-                "seed": cell.seed,
-                "status": record["status"],
-                "error": record["error"],
-                "wall_s": record.get("wall_s"),
-                "run_dir": cell.run_dir,
-            }
+def _checked_seeds(seeds: Sequence[int]) -> list[int]:
+    if isinstance(seeds, str | bytes) or not seeds:
+        raise ValueError(
+            "seeds is empty: give at least one seed" if not seeds else f"seeds must be a list, got {seeds!r}"
         )
-        if record["status"] == "done":
-            tables.append(read_run_dir(cell.run_dir, setting=cell.setting, seed=cell.seed))
-    table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=COLUMNS)
-    return SweepResult(sweep_dir=sweep_dir, table=table, cells=pd.DataFrame(rows))
+    out = []
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= 2**32 - 1:
+            raise ValueError(f"seeds must be integers in [0, 2**32-1] (lab.seed), got {seed!r}")
+        out.append(int(seed))
+    repeated = sorted({seed for seed in out if out.count(seed) > 1})
+    if repeated:
+        raise ValueError(f"seeds {repeated} appear more than once: each would be trained twice and counted twice")
+    return out

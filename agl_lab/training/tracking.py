@@ -12,6 +12,12 @@ tracker must never cost a researcher a finished run. Everything a backend writes
 * ``file``: ``<run_dir>/tracking.jsonl`` (verl's ``{"step": N, "data": {...}}`` lines); ``tensorboard``:
   ``<run_dir>/tensorboard/``. Paths you set yourself (``VERL_FILE_LOGGER_PATH``, ``TENSORBOARD_DIR``) win.
 
+W&B (like mlflow and the other hosted trackers) keeps one run per process in module-level state, and verl's
+``Tracking`` logs through it; two runs of one process logging to it at once (the training panel's thread and a
+notebook cell) would write into each other's run. So such a backend is claimed per run
+(:func:`claim_process_backends`) and a second run that asks for it is refused with :class:`ConcurrentRunError`
+before it creates anything. Backends start one run at a time, as they read the environment while they start.
+
 The config handed to the backends is the resolved config with every secret (``agentlightning.agl_key``,
 API keys, tokens) replaced by ``***`` (:func:`agl_lab.config.secrets.redact`), and logged values are plain Python
 numbers (verl's metric helpers return numpy scalars, which JSON writers refuse).
@@ -23,6 +29,7 @@ import contextlib
 import netrc
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -35,14 +42,62 @@ from verl.utils.tracking import Tracking
 from agl_lab.config.secrets import redact, redact_argv
 from agl_lab.curves.wandb_offline import wait_for_exit
 
-__all__ = ["Tracker", "TrackerWarning", "open_tracker", "plain_metrics", "wandb_key_configured"]
+__all__ = [
+    "ConcurrentRunError",
+    "Tracker",
+    "TrackerWarning",
+    "claim_process_backends",
+    "open_tracker",
+    "plain_metrics",
+    "release_process_backends",
+    "wandb_key_configured",
+]
 
 
 EXIT_RECORD_TIMEOUT_S = 10.0  # how long finish() waits for an offline W&B run's exit record
 
 
+# Backends whose package keeps one run per process (module-level state): one run of a process may use each at a time.
+PROCESS_WIDE_BACKENDS = ("wandb", "tracking", "mlflow", "swanlab", "vemlp_wandb", "clearml", "trackio")
+_claims: dict[str, str] = {}  # backend -> the run holding it
+_claims_lock = threading.Lock()
+_start_lock = threading.Lock()  # backends read os.environ and sys.argv while they start
+
+
 class TrackerWarning(UserWarning):
     """A tracking backend failed; the run goes on without it."""
+
+
+class ConcurrentRunError(RuntimeError):
+    """Another run of this process is using a tracker that keeps one run per process (W&B, mlflow, ...)."""
+
+
+def claim_process_backends(cfg: DictConfig, *, run: str) -> list[str]:
+    """Claim the process-wide backends in ``trainer.logger`` for ``run``; refuse if another run holds one.
+
+    Returns what was claimed, for :func:`release_process_backends`. W&B with ``WANDB_MODE=disabled`` keeps nothing.
+    """
+    names = [name for name in _names(cfg) if name in PROCESS_WIDE_BACKENDS]
+    mode = OmegaConf.select(cfg, "lab.wandb_mode", default=None)  # a per-run mode, where the config has one
+    if (mode if mode not in (None, "auto") else os.environ.get("WANDB_MODE")) == "disabled":
+        names = [name for name in names if name not in ("wandb", "tracking")]
+    with _claims_lock:
+        busy = {name: _claims[name] for name in names if name in _claims}
+        if busy:
+            name, holder = next(iter(busy.items()))
+            raise ConcurrentRunError(
+                f"trainer.logger has {name}, but another run of this process ({holder}) is logging to it, and {name} "
+                "keeps one run per process: wait for that run to end, give this one trainer.logger=[file] (or "
+                "[console]), or run it in its own process (agl-lab train, or run_sweep with executor='ray')"
+            )
+        _claims.update(dict.fromkeys(names, run))
+    return names
+
+
+def release_process_backends(names: list[str]) -> None:
+    with _claims_lock:
+        for name in names:
+            _claims.pop(name, None)
 
 
 class Tracker:
@@ -79,14 +134,14 @@ class Tracker:
 
 def open_tracker(cfg: DictConfig, *, run_dir: Path, tracking_cls: Callable[..., Any] = Tracking) -> Tracker:
     """Start one verl ``Tracking`` per backend in ``trainer.logger``, writing under ``run_dir``."""
-    names = cfg.trainer.logger
-    names = [names] if isinstance(names, str) else list(names or [])
+    names = _names(cfg)
     config = redact(OmegaConf.to_container(cfg, resolve=True))
     backends: dict[str, Any] = {}
     wandb_run = None
     mode = OmegaConf.select(cfg, "lab.wandb_mode", default="auto")
-    with _backend_env(run_dir, wandb_backend="wandb" in names, wandb_mode=None if mode == "auto" else mode):
-        for name in dict.fromkeys(names):
+    wandb_mode = None if mode == "auto" else mode
+    with _start_lock, _backend_env(run_dir, wandb_backend="wandb" in names, wandb_mode=wandb_mode):
+        for name in names:
             try:
                 backends[name] = tracking_cls(
                     project_name=cfg.trainer.project_name,
@@ -125,6 +180,11 @@ def wandb_key_configured() -> bool:
         return netrc.netrc().authenticators("api.wandb.ai") is not None
     except (FileNotFoundError, netrc.NetrcParseError, OSError):
         return False
+
+
+def _names(cfg: DictConfig) -> list[str]:
+    names = cfg.trainer.logger
+    return list(dict.fromkeys([names] if isinstance(names, str) else list(names or [])))
 
 
 @contextlib.contextmanager

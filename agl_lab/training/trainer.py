@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 from verl.trainer.ppo.core_algos import agg_loss, get_kl_controller
 from verl.utils.config import omega_conf_to_dataclass
 
+from agl_lab.config.checks import lab_estimator_problem
 from agl_lab.config.compose import ConfigError
 from agl_lab.config.doctor import diagnose, raise_for_errors
 from agl_lab.core.aggregation import aggregate, aggregation_limits
@@ -49,8 +50,9 @@ from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, select_ro
 from agl_lab.lab.loss_scale import loss_scale
 from agl_lab.training.actor import LabActor, compute_log_probs
 from agl_lab.training.policy import build_policy
+from agl_lab.training.process_state import Terminated, sigterm_as_interrupt, torch_threads
 from agl_lab.training.rollout import collect_rollouts, sampling_params
-from agl_lab.training.runs import RunFiles, create_run_dir
+from agl_lab.training.session import open_session
 from agl_lab.training.tasks import make_task
 from agl_lab.training.tracking import open_tracker, plain_metrics
 
@@ -72,9 +74,10 @@ class TrainResult:
     run_dir: Path
     history: pd.DataFrame  # one row per finished step: `step` + every metric (= metrics.jsonl)
     timings: pd.DataFrame  # one row per finished step: `step` + timing_s/* and perf/* (= timings.jsonl)
-    stopped: bool  # True when the Stop event or Ctrl-C ended the run before trainer.total_training_steps
+    stopped: bool  # True when the Stop event, Ctrl-C or SIGTERM ended the run before trainer.total_training_steps
     wandb_run: str | None  # the W&B run's URL (online) or offline-run folder; None without the wandb backend
     config: DictConfig  # the config the run trained with (config.yaml holds it with secrets as ***)
+    interrupted_by: str | None = None  # "SIGINT" (Ctrl-C) or "SIGTERM" when a signal stopped the run
 
 
 def train(
@@ -86,12 +89,13 @@ def train(
 ) -> TrainResult:
     """Run ``trainer.total_training_steps`` steps; return the history. Files go to the run directory as it runs.
 
-    ``stop_event`` (e.g. a ``threading.Event``) is checked before every step; setting it, or Ctrl-C, ends the run
-    cleanly: finished steps are kept, the policy saved, the trackers closed, ``stopped=True``. ``on_step`` gets
+    ``stop_event`` (e.g. a ``threading.Event``) is checked before every step; setting it, Ctrl-C or SIGTERM ends the
+    run cleanly: finished steps are kept, the policy saved, the trackers closed, ``stopped=True``. ``on_step`` gets
     each step's metrics.jsonl record (``step`` + metrics) once the step is written. ``progress``: a tqdm bar.
+    Files and trackers: :mod:`agl_lab.training.session` (nothing half-made if the run fails before step 1).
     """
     steps, actor = _check(cfg)
-    with _torch_threads(int(cfg.lab.cpu_threads)):
+    with torch_threads(int(cfg.lab.cpu_threads)), sigterm_as_interrupt():
         return _train(cfg, steps=steps, actor=actor, stop_event=stop_event, on_step=on_step, progress=progress)
 
 
@@ -106,12 +110,11 @@ def _train(
 ) -> TrainResult:
     run = _Run(cfg, actor=actor, total_steps=steps)  # builds the policy: a bad model path fails before any file
     with run.backend:  # closed last: the policy is saved first (the verl backend syncs it after every update)
-        run_dir = create_run_dir(cfg)
-        files = RunFiles(run_dir, cfg)
-        tracker = open_tracker(cfg, run_dir=run_dir)
+        session = open_session(cfg, tracker_factory=open_tracker)
         history: list[dict[str, Any]] = []
         timings: list[dict[str, Any]] = []
         stopped = finished = False
+        interrupted_by = None
         bar = tqdm(total=steps, desc=f"{cfg.trainer.experiment_name} s{cfg.lab.seed}", disable=not progress)
         try:
             for step in range(1, steps + 1):
@@ -119,8 +122,7 @@ def _train(
                     stopped = True
                     break
                 metrics, timing = run.step(step)
-                files.write(step, metrics, timing)
-                tracker.log({**metrics, **timing}, step=step)
+                session.write(step, metrics, timing)
                 history.append({"step": step, **metrics})
                 timings.append({"step": step, **timing})
                 bar.update()
@@ -128,20 +130,21 @@ def _train(
                 if on_step is not None:
                     on_step(history[-1])
             finished = not stopped
-        except KeyboardInterrupt:
-            stopped = True
-        finally:  # also on an error: what finished stays on disk and the trackers are closed
+        except KeyboardInterrupt as exc:
+            stopped, interrupted_by = True, "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+        finally:  # also on an error: what finished stays on disk, the policy is saved and the trackers are closed
             bar.close()
-            files.close()
-            run.policy.save(run_dir / "policy")
-            tracker.finish(exit_code=0 if finished else 1)
+            close_errors = session.close(save_policy=run.policy.save, exit_code=0 if finished else 1)
+        if close_errors:  # only when the run itself raised nothing: that error would be the one to see
+            raise close_errors[0]
         return TrainResult(
-            run_dir=run_dir,
+            run_dir=session.run_dir,
             history=pd.DataFrame(history),
             timings=pd.DataFrame(timings),
             stopped=stopped,
-            wandb_run=tracker.wandb_run,
+            wandb_run=session.tracker.wandb_run,
             config=cfg,
+            interrupted_by=interrupted_by,
         )
 
 
@@ -225,6 +228,8 @@ class _Run:
 def _check(cfg: DictConfig) -> tuple[int, Any]:
     """The doctor's errors, the step count and verl's own ActorConfig checks, before anything is written."""
     raise_for_errors(diagnose(cfg))
+    if problem := lab_estimator_problem(cfg):
+        raise ConfigError(f"config has problems:\n  - {problem}")
     steps = cfg.trainer.total_training_steps
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ConfigError(
@@ -261,18 +266,6 @@ def _frozen_copy(policy):
     ref = copy.copy(policy)
     ref.model = copy.deepcopy(policy.model).eval().requires_grad_(False)
     return ref
-
-
-@contextmanager
-def _torch_threads(n: int) -> Iterator[None]:
-    """``torch.set_num_threads(n)`` for the run (``n`` = 0: unchanged), restored afterwards."""
-    before = torch.get_num_threads()
-    if n > 0:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @contextmanager

@@ -1,0 +1,133 @@
+"""The type each config key takes, so that every value is checked, also where the default is null.
+
+:func:`type_problem` checks a value against it (composition and the doctor both ask it). A key's type is its
+default's. Where verl's config dataclass (the section's ``_target_``) declares the field, the declaration wins:
+``entropy_coeff: 0`` is a float field, and ``ppo_micro_batch_size_per_gpu: null`` an integer one. Null defaults in
+sections without a dataclass (``trainer.*``, ``data.*``, ``agentlightning.*``) take their type from
+:data:`NULL_DEFAULT_TYPES`; a null default listed nowhere takes any value (``agentlightning.hooks``). Without this a
+null-default key was never checked: ``trainer.total_training_steps=abc`` reached the hand-off's ``overrides.yaml``.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+from hydra.utils import get_class
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from agl_lab.config.secrets import MASK, is_secret_key
+
+__all__ = ["NULL_DEFAULT_TYPES", "default_value", "expected_value", "type_problem"]
+
+# Keys whose default is null in a section without a config dataclass, and the type Agent Lightning / verl read them as.
+NULL_DEFAULT_TYPES: dict[str, type] = {
+    "trainer.total_training_steps": int,
+    "trainer.max_actor_ckpt_to_keep": int,
+    "trainer.max_critic_ckpt_to_keep": int,
+    "trainer.rollout_data_dir": str,
+    "trainer.validation_data_dir": str,
+    "trainer.resume_from_path": str,
+    "trainer.default_hdfs_dir": str,
+    "data.tokenizer": str,
+    "data.gen_batch_size": int,
+    "data.val_batch_size": int,
+    "data.seed": int,
+    "actor_rollout_ref.ref.log_prob_micro_batch_size": int,
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": int,
+    "critic.enable": bool,
+    "reward_model.enable": bool,
+    "custom_reward_function.path": str,
+    "custom_reward_function.name": str,
+    "ray_kwargs.ray_init.num_cpus": int,
+    "agentlightning.max_ppo_update_times": int,
+    "agentlightning.async_rollout.async_train_batch_size": int,
+    "agentlightning.local.agent_class": str,
+    "agentlightning.k8s.job_template_path": str,
+    "lab.model_path": str,
+    "lab.run_dir": str,
+}
+
+# One value of each checkable type, in the order a union is read: a field declared `int | float` takes any number.
+_PROTOTYPES: tuple[tuple[type, Any], ...] = ((bool, False), (float, 0.0), (int, 0), (str, ""), (list, []), (dict, {}))
+
+
+def default_value(base: DictConfig, path: str) -> Any:
+    """The default at ``path`` as plain Python (sections and lists as containers); None where absent or null."""
+    node = OmegaConf.select(base, path, default=None, throw_on_missing=False)
+    if isinstance(node, DictConfig | ListConfig):
+        return OmegaConf.to_container(node)
+    return node
+
+
+def expected_value(base: DictConfig, path: str) -> Any:
+    """A value of the type ``path`` takes (its default, or a prototype like ``0`` or ``""``); None: any value goes."""
+    default = default_value(base, path)
+    if isinstance(default, str) and "${" in default:
+        return None  # an interpolation: resolved (and checked) with the whole config
+    declared = _declared_types(base, path)
+    if default is None:
+        table = NULL_DEFAULT_TYPES.get(path)
+        return _prototype(declared or ((table,) if table else ()))
+    if isinstance(default, int) and not isinstance(default, bool) and float in declared:
+        return float(default)  # verl's YAML writes `top_p: 1` for a float field
+    return default
+
+
+def type_problem(path: str, value: Any, base: DictConfig) -> str | None:
+    """Why ``value`` does not fit the type of ``path`` in ``base``, or None if it fits (or the key is open).
+
+    The type is the default's, or what verl's config dataclass declares (:mod:`agl_lab.config.key_types`): a float
+    field written as an integer in verl's YAML (``entropy_coeff: 0``, ``top_p: 1``) takes any number, and a key whose
+    default is null is checked against its declared type. A secret's value is never echoed.
+    """
+    expected = expected_value(base, path)
+    if isinstance(expected, bool):
+        ok, name = isinstance(value, bool), "a boolean (true/false)"
+    elif isinstance(expected, int):
+        ok, name = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif isinstance(expected, float):
+        ok, name = isinstance(value, int | float) and not isinstance(value, bool), "a number"
+    elif isinstance(expected, str):
+        ok, name = isinstance(value, str | int | float) and not isinstance(value, bool), "a string"
+    elif isinstance(expected, list | ListConfig):
+        ok, name = isinstance(value, list | tuple | ListConfig), "a list, e.g. [a,b]"
+    elif isinstance(expected, dict | DictConfig):
+        ok, name = isinstance(value, Mapping | DictConfig), "a mapping, e.g. {a:1}"
+    else:
+        return None
+    if value is None or ok:
+        return None
+    shown = MASK if is_secret_key(path) else repr(value)
+    return f"{path} must be {name}, got {shown} ({type(value).__name__})"
+
+
+def _prototype(allowed: tuple[type, ...]) -> Any:
+    for kind, value in _PROTOTYPES:
+        if kind in allowed:
+            return value
+    return None
+
+
+def _declared_types(base: DictConfig, path: str) -> tuple[type, ...]:
+    parent_path, _, key = path.rpartition(".")
+    parent = OmegaConf.select(base, parent_path, default=None) if parent_path else base
+    target = parent.get("_target_") if isinstance(parent, DictConfig) else None
+    return _field_types(str(target)).get(key, ()) if target else ()
+
+
+@functools.cache
+def _field_types(target: str) -> dict[str, tuple[type, ...]]:
+    """Field name -> the plain types its annotation allows (``Optional[list[int]]`` -> ``(list, NoneType)``)."""
+    try:
+        hints = typing.get_type_hints(get_class(target))
+    except Exception:  # not importable here (an optional engine's config): fall back to the YAML default's type
+        return {}
+    out = {}
+    for name, hint in hints.items():
+        union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        out[name] = tuple(typing.get_origin(arg) or arg for arg in (typing.get_args(hint) if union else (hint,)))
+    return out

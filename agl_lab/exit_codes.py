@@ -1,0 +1,126 @@
+"""What ``agl-lab`` does with every failure: one line on stderr, secrets masked, and an exit code saying what kind.
+
+A researcher (or a script, a scheduler) reads the last line and the exit code; the traceback is for whoever debugs
+agl_lab, so it is printed only with ``--debug``. :data:`EXIT_CODES` is the one table of codes: ``agl-lab --help``
+prints it and the README lists it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+import warnings
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+
+from agl_lab.config.compose import ConfigError
+from agl_lab.config.secrets import mask_secrets
+from agl_lab.training.locks import DirectoryBusyError
+from agl_lab.training.process_state import Terminated
+from agl_lab.training.tracking import ConcurrentRunError
+
+__all__ = ["EXIT_CODES", "TrainedNothingError", "exit_code", "help_epilog", "report_errors"]
+
+EXIT_CODES = {
+    0: "done",
+    1: "the config doctor found an error (nothing ran; its findings are on stderr), or a sweep's run failed (the "
+    "others are kept)",
+    2: "a bad command line, config key or value, or several values outside `agl-lab sweep` (nothing was created)",
+    3: "launch: exported, but Agent Lightning's trainer cannot run here",
+    4: "the run or sweep directory is taken: it holds a run, or another run or sweep is writing to it",
+    5: "a file or folder could not be read or written (missing model path or file, read-only or full disk)",
+    6: "the run trained nothing: every step was skipped (its files are kept)",
+    70: "an unexpected error (a bug in agl_lab or below it); --debug shows the traceback",
+    130: "stopped by Ctrl-C (SIGINT); finished steps are kept",
+    143: "stopped by SIGTERM (timeout, a scheduler, docker stop); finished steps are kept",
+}
+
+
+class TrainedNothingError(RuntimeError):
+    """A run finished, but no step had rows left to train after the drops."""
+
+
+def exit_code(exc: BaseException) -> int:
+    """The documented exit code for ``exc``."""
+    if isinstance(exc, Terminated):
+        return 143
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    if isinstance(exc, TrainedNothingError):
+        return 6
+    if isinstance(exc, FileExistsError | DirectoryBusyError | ConcurrentRunError):
+        return 4
+    if isinstance(exc, OSError | _batch_file_error()):
+        return 5
+    if isinstance(exc, ConfigError | ValueError):
+        return 2
+    return 70
+
+
+def help_epilog() -> str:
+    """The exit codes, for ``agl-lab --help``."""
+    lines = [f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES.items()]
+    return "exit codes:\n" + "\n".join(lines) + "\n\nErrors are one line on stderr; --debug adds the traceback."
+
+
+@contextmanager
+def report_errors(*, debug: bool, secrets: Iterable[str], result: list[int]):
+    """Run the block; turn any exception into one masked line on stderr and its code in ``result``.
+
+    Warnings print as one line each (``agl-lab: warning: ...``), masked too.
+    """
+    secrets = list(secrets)
+    shown = warnings.showwarning
+    warnings.showwarning = _warning_printer(secrets)
+    try:
+        yield
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 — every failure reaches the user as one line and a code
+        code = exit_code(exc)
+        if debug:
+            print(mask_secrets(traceback.format_exc(), secrets), file=sys.stderr, end="")
+        for line in _lines(exc, code):
+            print(mask_secrets(f"agl-lab: {line}", secrets), file=sys.stderr)
+        result.append(code)
+    finally:
+        warnings.showwarning = shown
+
+
+class MaskingParser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors (which echo the arguments) never show a secret."""
+
+    secrets: list[str] = []
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(2, mask_secrets(f"{self.prog}: error: {message}\n", self.secrets))
+
+
+def _lines(exc: BaseException, code: int) -> list[str]:
+    if code in (130, 143):
+        signal = "SIGTERM" if code == 143 else "Ctrl-C (SIGINT)"
+        return [f"stopped by {signal}; finished steps, if any, are kept"]
+    if isinstance(exc, ConfigError):
+        problems = [line.removeprefix("  - ") for line in str(exc).splitlines()[1:]] or [str(exc)]
+        return [f"config error: {problem}" for problem in problems]
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if code == 70:
+        return [f"unexpected error: {type(exc).__name__}: {text} (rerun with --debug for the traceback)"]
+    kind = {2: "error", 4: "directory taken", 5: "file error", 6: "trained nothing"}.get(code, "error")
+    return [f"{kind}: {text}"]
+
+
+def _warning_printer(secrets: list[str]) -> Callable[..., None]:
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = " ".join(str(message).split())
+        print(mask_secrets(f"agl-lab: warning: {text}", secrets), file=file or sys.stderr)
+
+    return show
+
+
+def _batch_file_error() -> type:
+    from agl_lab.lab.batch_io import BatchFileError
+
+    return BatchFileError

@@ -1,0 +1,177 @@
+"""Every failure of ``agl-lab`` reaches the user as one line on stderr and a documented exit code; bad configs are
+refused before anything is created. In-process through ``agl_lab.cli.main`` (the console script's function)."""
+
+import errno
+import os
+import re
+
+import pytest
+
+import agl_lab.training.trainer
+from agl_lab.cli import main
+from agl_lab.exit_codes import EXIT_CODES
+from conftest import TINY_RUN
+
+TINY = (*TINY_RUN, "trainer.logger=[]")
+
+
+def cli(capsys, *argv):
+    """Exit code, stdout, and stderr's lines without the progress bar's."""
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, [line for line in err.replace("\r", "\n").splitlines() if line.strip() and "%|" not in line]
+
+
+@pytest.fixture
+def here(tmp_path, monkeypatch):
+    """A fresh working directory: whatever a refused command created would show up in it."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "line"),
+    [
+        (["check", "~algorithm"], 2, "agl-lab: config error: algorithm: cannot delete it"),
+        (["check", "lab.seed=0,1,2"], 2, "agl-lab: config error: lab.seed=0,1,2: several values (a sweep)"),
+        (["train", "trainer.total_training_steps=abc"], 2, "total_training_steps must be an integer, got 'abc'"),
+        (["check", "actor_rollout_ref.rollout.top_p=0"], 1, "top_p: must be in (0, 1], got 0.0"),
+        (["check", "lab.seed=-1"], 1, "lab.seed: must be in [0, 4294967295], got -1"),
+        (["check", "actor_rollout_ref.actor.optim.lr=nan"], 1, "optim.lr: must be a finite number, got nan"),
+        (["check", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=0"], 1, "must be null or a positive integer"),
+        (["train", *TINY, "actor_rollout_ref.actor.ppo_epochs=0"], 1, "ppo_epochs: must be a positive integer, got 0"),
+        (
+            ["train", *TINY, "algorithm.enable_rollout_level_advantage=false", "algorithm.adv_estimator=gae"],
+            2,
+            "algorithm.adv_estimator=gae needs a critic's values",
+        ),
+        (
+            [
+                "train",
+                *TINY,
+                "algorithm.enable_rollout_level_advantage=false",
+                "algorithm.adv_estimator=optimal_token_baseline",
+                "actor_rollout_ref.actor.calculate_sum_pi_squared=true",
+            ],
+            2,
+            "optimal_token_baseline needs sum_pi_squared",
+        ),
+        (["train", *TINY, "lab.model_path=/no/such/model"], 5, "agl-lab: file error: lab.model_path='/no/such/model'"),
+        (["launch", "algorithm.adv_estimator=grpo", "--name", "a/b"], 2, "agl-lab: error: name 'a/b' must be"),
+    ],
+)
+def test_refused_in_one_line_with_a_documented_code_before_anything_is_created(capsys, here, argv, code, line):
+    extra = [f"lab.run_dir={here / 'run'}"] if argv[0] == "train" else []
+    result, _, err = cli(capsys, *argv, *extra)
+    errors = [e for e in err if "error" in e]
+    assert result == code and code in EXIT_CODES
+    assert len(errors) == 1 and line in errors[0], err
+    if argv[0] == "train":
+        assert list(here.iterdir()) == []
+
+
+def test_debug_adds_the_traceback_above_the_line(capsys, here):
+    code, _, err = cli(capsys, "--debug", "check", "~algorithm")
+    assert code == 2 and err[0] == "Traceback (most recent call last):"
+    assert err[-1].startswith("agl-lab: config error: algorithm: cannot delete it")
+    code, _, err = cli(capsys, "check", "~algorithm")
+    assert code == 2 and len(err) == 1  # without --debug: the line alone
+
+
+def test_an_existing_run_directory_is_refused_and_left_as_it_was(capsys, here):
+    run_dir = here / "run"
+    assert cli(capsys, "train", *TINY, f"lab.run_dir={run_dir}")[0] == 0
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    code, _, err = cli(capsys, "train", *TINY, f"lab.run_dir={run_dir}")
+    assert code == 4 and err == [
+        f"agl-lab: directory taken: lab.run_dir='{run_dir}' already holds a run (or another run is writing to it): "
+        "choose another directory, delete it, or leave lab.run_dir null for a fresh one"
+    ]
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_a_run_directory_that_cannot_be_made_is_a_file_error(capsys, here):
+    (here / "a_file").write_text("not a folder")
+    code, _, err = cli(capsys, "train", *TINY, f"lab.run_dir={here / 'a_file' / 'run'}")
+    assert code == 5 and len(err) == 1 and err[0].startswith("agl-lab: file error: [Errno 20] Not a directory")
+
+
+@pytest.mark.parametrize("fault", ["full", "read-only"])
+def test_a_full_or_read_only_disk_is_one_line_and_keeps_the_finished_steps(capsys, here, monkeypatch, fault):
+    from agl_lab.training.runs import RunFiles
+
+    write = RunFiles.write
+
+    def failing_write(self, step, metrics, timings):
+        if step == 2 and fault == "full":  # the kernel's full device: every write to it fails with ENOSPC
+            self._metrics = open("/dev/full", "w")  # noqa: SIM115 — the run closes it
+        elif step == 2:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self.run_dir / "metrics.jsonl"))
+        write(self, step, metrics, timings)
+
+    monkeypatch.setattr(RunFiles, "write", failing_write)
+    code, _, err = cli(capsys, "train", *TINY, f"lab.run_dir={here / 'run'}")
+    expected = "No space left on device: '/dev/full'" if fault == "full" else "Read-only file system: "
+    errors = [line for line in err if not line.startswith("agl-lab: warning: ")]  # a full disk fails the close too
+    assert (
+        code == 5 and len(errors) == 1 and errors[0].startswith("agl-lab: file error: [Errno") and expected in errors[0]
+    )
+    assert all(line.startswith("agl-lab: ") for line in err)  # each warning one line too
+    assert len((here / "run" / "metrics.jsonl").read_text().splitlines()) == 1  # step 1 kept
+    assert (here / "run" / "policy" / "model.safetensors").exists()
+
+
+def test_a_run_whose_every_step_was_skipped_exits_6(capsys, here):
+    # transition-level rows whose prompts exceed data.max_prompt_length are all dropped as marked
+    argv = ["train", *TINY, "agentlightning.trace_aggregator.level=transition", "data.max_prompt_length=2"]
+    code, out, err = cli(capsys, *argv, f"lab.run_dir={here / 'run'}")
+    assert code == 6 and out.strip().splitlines()[-1] == str(here / "run")
+    assert [e for e in err if "error" in e or "trained nothing" in e] == [err[-1]]
+    assert err[-1].startswith("agl-lab: trained nothing: every one of the 2 steps was skipped")
+    assert len((here / "run" / "metrics.jsonl").read_text().splitlines()) == 2  # its files are kept
+
+
+def test_an_unexpected_error_is_one_line_pointing_at_debug(capsys, here, monkeypatch):
+    def broken(self, step):
+        raise RuntimeError("something deep\nwent wrong")
+
+    monkeypatch.setattr(agl_lab.training.trainer._Run, "step", broken)
+    code, _, err = cli(capsys, "train", *TINY, f"lab.run_dir={here / 'run'}")
+    assert code == 70 and err[-1] == (
+        "agl-lab: unexpected error: RuntimeError: something deep went wrong (rerun with --debug for the traceback)"
+    )
+
+
+def test_a_valid_agent_lightning_config_the_example_cannot_run_is_explained(capsys):
+    code, out, err = cli(
+        capsys, "check", "algorithm.enable_rollout_level_advantage=false", "algorithm.adv_estimator=gae"
+    )
+    assert code == 0 and err == []
+    assert "Example batch skipped: algorithm.adv_estimator=gae needs a critic's values" in out
+
+
+def test_help_lists_every_exit_code(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for code, meaning in EXIT_CODES.items():
+        assert f"  {code:>3}  {meaning}" in out
+    assert "143  stopped by SIGTERM" in out and "--debug" in out
+
+
+def test_the_readme_lists_the_same_exit_codes():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", readme, flags=re.MULTILINE))
+    assert {int(code): meaning for code, meaning in rows.items()} == EXIT_CODES
+
+
+def test_a_demo_whose_runs_failed_exits_1_naming_each(capsys, here):
+    code, _, err = cli(capsys, "demo", "--out", str(here / "demo"), *TINY, "algorithm.adv_estimator=remax")
+    assert code == 1
+    assert [line.split(":")[1].strip() for line in err if line.startswith("agl-lab:")] == [
+        "both_on seed 0 failed",
+        "both_off seed 0 failed",
+        "both_on_cap2 seed 0 failed",
+    ]

@@ -1,0 +1,158 @@
+"""What a run shares with its process: SIGTERM ends it like Ctrl-C (real signals sent to real ``agl-lab train``
+processes), runs in threads give what they give alone, and torch's thread count is shared and given back."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from agl_lab import short_run_config, train
+from agl_lab.curves.wandb_offline import find_offline_runs, read_offline_run
+from agl_lab.training.process_state import Terminated, sigterm_as_interrupt, torch_threads
+from conftest import TINY_RUN
+
+AGL_LAB = str(Path(sys.executable).parent / "agl-lab")
+
+
+def wait_for_lines(path, n, proc, timeout=240):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) >= n:
+            return
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.05)
+    raise AssertionError(f"{path} did not reach {n} lines")
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_ends_a_run_like_ctrl_c_keeping_every_step_the_policy_and_the_wandb_exit_record(tmp_path, sig, code):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HOME": str(tmp_path)}
+    proc = subprocess.Popen(
+        [AGL_LAB, "train", *TINY_RUN, "trainer.total_training_steps=500", f"lab.run_dir={run_dir}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    wait_for_lines(run_dir / "metrics.jsonl", 2, proc)
+    proc.send_signal(sig)  # what `timeout`, a scheduler or `docker stop` sends (SIGTERM), or Ctrl-C (SIGINT)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == code, err[-3000:]
+    assert out.strip().splitlines()[-1] == str(run_dir)
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, len(steps) + 1)) and 2 <= len(steps) < 500  # every line whole, none lost
+    assert (run_dir / "policy" / "model.safetensors").exists()
+    (run_file,) = find_offline_runs(run_dir / "wandb")
+    wandb_run = read_offline_run(run_file)
+    assert wandb_run.complete and wandb_run.exit_code == 1  # the exit record: readers take the run as finished
+    assert [row["_step"] for row in wandb_run.history] == steps  # every finished step readable
+
+
+def test_ctrl_c_while_the_tracker_starts_is_one_line_and_leaves_no_run_directory(tmp_path):
+    run_dir = tmp_path / "run"
+    script = f"""
+import functools, os, signal, sys, time
+import agl_lab.training.trainer as trainer
+from agl_lab.training.tracking import Tracking, open_tracker
+from agl_lab.cli import main
+
+def starting(*args, **kwargs):  # a tracker that takes its time to start, as W&B does; Ctrl-C arrives meanwhile
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(30)
+    return Tracking(*args, **kwargs)
+
+trainer.open_tracker = functools.partial(open_tracker, tracking_cls=starting)
+sys.exit(main(["train", *{list(TINY_RUN)!r}, "trainer.logger=[console]", "lab.run_dir={run_dir}"]))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert [line for line in result.stderr.splitlines() if line.strip()] == [
+        "agl-lab: stopped by Ctrl-C (SIGINT); finished steps, if any, are kept"
+    ]
+    assert not run_dir.exists()  # no half-made run directory (config.yaml, empty metrics.jsonl)
+
+
+def tiny(tmp_path, name, seed):
+    return short_run_config(
+        dotlist=[*TINY_RUN, "trainer.logger=[]", "trainer.total_training_steps=3", f"lab.seed={seed}"]
+        + [f"lab.run_dir={tmp_path / name}", "lab.cpu_threads=1"]
+    )
+
+
+def test_two_runs_in_threads_give_what_each_gives_alone(tmp_path):
+    solo = {seed: train(tiny(tmp_path, f"solo{seed}", seed), progress=False) for seed in (3, 4)}
+    results, errors = {}, []
+
+    def run(seed):
+        try:
+            results[seed] = train(tiny(tmp_path, f"thread{seed}", seed), progress=False)
+        except Exception as exc:  # noqa: BLE001 — reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in (3, 4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for seed in (3, 4):
+        # the same weights, samples and updates from step 1 on: each run owns its generators
+        assert (results[seed].run_dir / "metrics.jsonl").read_text() == (
+            solo[seed].run_dir / "metrics.jsonl"
+        ).read_text()
+
+
+def test_a_second_wandb_run_in_one_process_is_refused_while_the_first_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    second: list[BaseException] = []
+
+    def start_another(record):  # the training panel's thread starting a run while a notebook cell's run goes on
+        if record["step"] == 1:
+            cfg = short_run_config(dotlist=[*TINY_RUN, f"lab.run_dir={tmp_path / 'second'}"])
+            try:
+                train(cfg, progress=False)
+            except Exception as exc:  # noqa: BLE001 — inspected below
+                second.append(exc)
+
+    first = train(short_run_config(dotlist=[*TINY_RUN, f"lab.run_dir={tmp_path / 'first'}"]), on_step=start_another)
+    (refusal,) = second
+    assert type(refusal).__name__ == "ConcurrentRunError"
+    assert "trainer.logger has wandb, but another run of this process" in str(refusal)
+    assert "trainer.logger=[file]" in str(refusal)
+    assert not (tmp_path / "second").exists()  # refused before anything was created
+    (run_file,) = find_offline_runs(first.run_dir / "wandb")
+    assert [row["_step"] for row in read_offline_run(run_file).history] == [1, 2]  # the first run is whole
+    # and once the first has ended, the next W&B run of the process starts
+    assert train(short_run_config(dotlist=[*TINY_RUN, f"lab.run_dir={tmp_path / 'third'}"]), progress=False).wandb_run
+
+
+def test_torch_threads_are_set_by_the_first_run_and_given_back_by_the_last():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        with torch_threads(1):
+            assert torch.get_num_threads() == 1
+            with pytest.warns(UserWarning, match="set torch to 1 threads"), torch_threads(3):
+                assert torch.get_num_threads() == 1  # shared: a process has one setting
+            assert torch.get_num_threads() == 1  # the inner run's end gives nothing back yet
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_sigterm_raises_terminated_in_the_block_only():
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Terminated), sigterm_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    assert signal.getsignal(signal.SIGTERM) is previous
+    assert issubclass(Terminated, KeyboardInterrupt)  # every `except KeyboardInterrupt` handles it like Ctrl-C
