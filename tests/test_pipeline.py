@@ -54,9 +54,11 @@ def test_every_rollout_carries_the_same_mass_magnitude_per_group():
     mass = (batch.batch["advantages"] * batch.batch["response_mask"]).sum(-1)
     ids = batch.non_tensor_batch["rollout_id_list"]
     per_rollout = {r: mass[torch.from_numpy(ids == r)].sum().item() for r in dict.fromkeys(ids)}
-    # q0 rewards (1, 0, 0): GRPO advantages (1.1547, -0.57735, -0.57735), each divided by 12 rows
-    assert per_rollout["q0/r0"] == pytest.approx(1.1547 / 12, rel=1e-4)
-    assert per_rollout["q0/r1"] == pytest.approx(per_rollout["q0/r2"]) == pytest.approx(-0.57735 / 12, rel=1e-4)
+    # q0 rewards (1, 0, 0): GRPO advantages (1.1547, -0.57735, -0.57735), each divided by 12 rows. The example's
+    # scores are bf16, as Agent Lightning's, so GRPO and the division run in bf16 (8 significant bits: rel 2^-7).
+    assert batch.batch["advantages"].dtype == torch.bfloat16
+    assert per_rollout["q0/r0"] == pytest.approx(1.1547 / 12, rel=2**-7)
+    assert per_rollout["q0/r1"] == pytest.approx(per_rollout["q0/r2"]) == pytest.approx(-0.57735 / 12, rel=2**-7)
 
 
 def test_rows_given_to_the_pipeline_are_left_as_they_were():

@@ -33,7 +33,7 @@ from agl_lab.config.settings import (
 )
 from agl_lab.config.tree import INTERPOLATION, leaves
 from agl_lab.core.aggregation import TRACE_LEVELS
-from agl_lab.core.loss import PER_ROLLOUT_MEAN_LOSS_MODE
+from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, PER_ROLLOUT_MEAN_LOSS_MODE
 
 __all__ = ["Finding", "diagnose", "findings_frame", "raise_for_errors", "settings_frame"]
 
@@ -164,7 +164,7 @@ def _lab_ranges(get) -> list[Finding]:
 
 def _pair(get) -> list[Finding]:
     rollout_level = bool(get(PAIR_ADV))
-    per_rollout = get(LOSS_MODE) == PER_ROLLOUT_MEAN_LOSS_MODE
+    per_rollout = get(LOSS_MODE) in PER_ROLLOUT_LOSS_MODES  # per_rollout_mean or cispo_per_rollout_mean
     if rollout_level and not per_rollout:
         return [
             Finding(
@@ -180,8 +180,8 @@ def _pair(get) -> list[Finding]:
             Finding(
                 "warning",
                 PAIR_ADV,
-                "per_rollout_mean is on but rollout-level advantage is off: a rollout split into k rows sits k times "
-                "in its GRPO group and shifts the group's mean and std",
+                f"{get(LOSS_MODE)} is on but rollout-level advantage is off: a rollout split into k rows sits k "
+                "times in its GRPO group and shifts the group's mean and std",
                 f"set {PAIR_ADV}=true (or {LOSS_MODE}=vanilla for plain verl)",
             )
         ]

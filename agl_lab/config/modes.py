@@ -19,7 +19,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from agl_lab.core import weights
-from agl_lab.core.loss import PER_ROLLOUT_MEAN_LOSS_MODE
+from agl_lab.core.loss import CISPO_PER_ROLLOUT_MEAN_LOSS_MODE, PER_ROLLOUT_MEAN_LOSS_MODE
 
 __all__ = ["LOSS_MODES", "LossMode", "mode_from_config", "mode_settings", "trainable_modes"]
 
@@ -28,6 +28,10 @@ _AGG_KEY = "actor_rollout_ref.actor.loss_agg_mode"
 _DIVISOR_KEY = "lab.per_rollout_divisor"
 _VERL_AGG = "https://github.com/volcengine/verl/blob/v0.9.1/verl/trainer/ppo/core_algos.py (agg_loss)"
 _AGL = "https://github.com/microsoft/agent-lightning/blob/main/agentlightning/verl/per_rollout_loss.py"
+_AGL_CISPO = (
+    "https://pypi.org/project/agentlightning/1.0.2/ (wheel: agentlightning/verl/per_rollout_loss.py, "
+    "compute_policy_loss_cispo_per_rollout_mean; trainer.py normalizes the advantages for both per-rollout modes)"
+)
 
 
 @dataclass(frozen=True)
@@ -54,15 +58,15 @@ def _verl(name: str, label: str, formula: str, weight) -> LossMode:
     )
 
 
-def _per_rollout(divisor: str, label: str, formula: str, weight) -> LossMode:
+def _per_rollout(divisor: str, label: str, formula: str, weight, *, loss_mode=PER_ROLLOUT_MEAN_LOSS_MODE, source=_AGL):
     return LossMode(
-        f"{PER_ROLLOUT_MEAN_LOSS_MODE}:{divisor}",
+        f"{loss_mode}:{divisor}",
         label,
         "Agent Lightning",
         formula,
-        _AGL,
+        source,
         weight,
-        {_LOSS_MODE_KEY: PER_ROLLOUT_MEAN_LOSS_MODE, _DIVISOR_KEY: divisor},
+        {_LOSS_MODE_KEY: loss_mode, _DIVISOR_KEY: divisor},
     )
 
 
@@ -80,6 +84,17 @@ LOSS_MODES: dict[str, LossMode] = {
             "per_rollout_mean ÷ rollouts (Eq. 16)",
             "w = 1 / (T · R): rollout tokens × trained rollouts",
             weights.per_rollout_mean_rollouts,
+        ),
+        # CISPO's per-token gradient is −sg(clip(ratio))·Â·∇log π on the same normalized advantages, so at ratio 1
+        # (a step's first update) its weight is per_rollout_mean's; off ratio 1 it is scaled by the clipped ratio,
+        # never zeroed. Agent Lightning 1.0.2 has only the rows divisor.
+        _per_rollout(
+            "rows",
+            "cispo_per_rollout_mean ÷ rows (Agent Lightning 1.0.2)",
+            "w = 1 / (T · N) at ratio 1 (× sg(clip(ratio)) off it): rollout tokens × trained rows",
+            weights.per_rollout_mean_rows,
+            loss_mode=CISPO_PER_ROLLOUT_MEAN_LOSS_MODE,
+            source=_AGL_CISPO,
         ),
         _verl("token-mean", "verl token-mean", "w = 1 / N_b: tokens in the mini-batch", weights.token_mean),
         _verl(

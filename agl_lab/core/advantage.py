@@ -106,7 +106,8 @@ def compute_rollout_level_advantage(
     broadcast = {"advantages": _rollout_scalars(advantages, collapsed_mask, rollouts.ids, key="advantages")}
     if "returns" in rollout_batch.batch.keys():
         returns = require_matrix(rollout_batch, "returns", like=collapsed_mask)  # (rollouts, R)
-        # GRPO-style estimators return one tensor as both; it is checked and broadcast once, and shared, as verl does.
+        # GRPO-style estimators return one tensor as both; it is checked and broadcast once, then copied: Agent
+        # Lightning broadcasts returns separately, so they never share storage with the advantages it normalizes.
         shared = returns.data_ptr() == advantages.data_ptr() and returns.stride() == advantages.stride()
         broadcast["returns"] = (
             None if shared else _rollout_scalars(returns, collapsed_mask, rollouts.ids, key="returns")
@@ -117,7 +118,7 @@ def compute_rollout_level_advantage(
             row_scalars = scalars.to(response_mask.device)[codes].unsqueeze(-1)  # (rows, 1)
             broadcast[key] = response_mask.to(scalars.dtype).mul_(row_scalars)  # (rows, R)
     if "returns" in broadcast and broadcast["returns"] is None:
-        broadcast["returns"] = broadcast["advantages"]
+        broadcast["returns"] = broadcast["advantages"].clone()
 
     batch.batch.update(broadcast)
     if uid_key != "uid":
@@ -169,12 +170,13 @@ def _rollout_scalars(values: torch.Tensor, mask: torch.Tensor, rollout_ids: np.n
     empty = ~valid.gather(1, first_col).squeeze(-1)  # (rollouts,): no trainable token at all
     first_value = values.gather(1, first_col)  # (rollouts, 1)
     # Outcome estimators write one exact value per row, so an exact comparison clears almost every row in one cheap
-    # pass; only rows with any difference get torch.allclose's test, max |v - first| <= atol + rtol·|first|.
+    # pass; only rows with any difference get Agent Lightning's test, torch.allclose against the first value (in
+    # the values' dtype; NaN is never close).
     varies = (values != first_value).logical_and_(valid).any(dim=-1)  # (rollouts,)
     if bool(varies.any()):
         rows = varies.nonzero().flatten()
-        deviation = torch.where(valid[rows], values[rows] - first_value[rows], 0.0).abs_().amax(dim=-1)
-        varies[rows] = ~(deviation <= 1e-8 + 1e-5 * first_value[rows].squeeze(-1).abs())  # NaN fails, as in allclose
+        close = torch.isclose(values[rows], first_value[rows].expand(-1, values.shape[-1]))  # (varied, R)
+        varies[rows] = ~(close | ~valid[rows]).all(dim=-1)
     bad = (empty | varies).nonzero().flatten()
     if len(bad):
         first = int(bad[0])

@@ -43,9 +43,12 @@ def drop_marked_rows(batch: DataProto) -> tuple[DataProto, dict[str, int]]:
 
 
 def marked_rows_kept(batch: DataProto) -> tuple[np.ndarray, dict[str, int]]:
-    """(kept,) indices of the rows not flagged ``is_drop_mask``, and the counters of :func:`drop_marked_rows`."""
+    """(kept,) indices of the rows not flagged ``is_drop_mask``, and the counters of :func:`drop_marked_rows`.
+
+    ``training/n_sample_dropped/marked`` is logged only when the batch has ``is_drop_mask``, as Agent Lightning does.
+    """
     n = len(batch)
-    metrics = {"training/n_sample_collected": n, "training/n_sample_dropped/marked": 0}
+    metrics = {"training/n_sample_collected": n}
     if batch.batch is None or "is_drop_mask" not in batch.batch.keys():
         return np.arange(n, dtype=np.int64), metrics
     marked = batch.batch["is_drop_mask"]
@@ -151,5 +154,7 @@ def same_reward_rows(batch: DataProto) -> np.ndarray:
     if key is None or len(batch) == 0:
         return np.zeros(0, dtype=np.int64)
     groups = group_rows(non_tensor_ids(batch, key), field=key)
-    scores = require_matrix(batch, "token_level_scores", floating=True, finite=True).sum(dim=-1).float()  # (rows,)
+    # Summed and compared in the scores' own dtype, as Agent Lightning does: in bf16 (its scores' dtype) rewards
+    # that round to one bf16 value are the same reward.
+    scores = require_matrix(batch, "token_level_scores", floating=True, finite=True).sum(dim=-1)  # (rows,)
     return np.flatnonzero(uniform_groups(groups, scores)[groups.codes])
