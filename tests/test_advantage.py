@@ -160,7 +160,11 @@ def _bad(kind):
             "rollout-level advantage requires all triplets for the same rollout_id to share the same scalar "
             "token_level_rewards sum; got rollout_id=np.str_('A')",
         ),
-        ("empty_rollout", RuntimeError, "rollout-level advantage cannot extract advantages for empty rollout_id=np.str_('B')"),
+        (
+            "empty_rollout",
+            RuntimeError,
+            "rollout-level advantage cannot extract advantages for empty rollout_id=np.str_('B')",
+        ),
         ("nan_reward", ValueError, "batch['token_level_rewards'] has NaN or inf values in rows [2]"),
         ("wide_rewards", ValueError, "batch['token_level_rewards'] has shape (3, 4) but response_mask has (3, 3)"),
         ("int_rewards", ValueError, "batch['token_level_rewards'] must be a floating-point tensor"),
@@ -183,7 +187,8 @@ def test_errors_follow_agent_lightnings_rollout_order():
     rows.batch["token_level_rewards"][1, 0] = 0.5
     rows.non_tensor_batch["data_id_list"] = np.array(["q", "q", "q", "x"], dtype=object)
     # ids come as numpy '<U' arrays (what np.array(list_of_str) gives): messages show them as Agent Lightning's do
-    with pytest.raises(RuntimeError, match=re.escape("same scalar token_level_rewards sum; got rollout_id=np.str_('A')")):
+    text = "same scalar token_level_rewards sum; got rollout_id=np.str_('A')"
+    with pytest.raises(RuntimeError, match=re.escape(text)):
         rollout_level(rows)
 
 

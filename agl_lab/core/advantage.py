@@ -18,7 +18,7 @@ from verl import DataProto
 from verl.trainer.ppo.core_algos import AdvantageEstimator
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from agl_lab.core.groups import RolloutGroups, group_key, group_rows, non_tensor_ids, uniform_groups
+from agl_lab.core.groups import RolloutGroups, as_arrays, group_key, group_rows, non_tensor_ids, uniform_groups
 from agl_lab.core.rows import require_finite_rows, require_matrix
 
 __all__ = ["compute_rollout_level_advantage", "rollout_level_metrics"]
@@ -89,16 +89,26 @@ def compute_rollout_level_advantage(
     _check_rollouts_consistent(rollouts, group_rows(uids, field=uid_key).codes, reward_sums)
 
     fields = None if adv_estimator == AdvantageEstimator.GDPO else _VERL_ADVANTAGE_FIELDS
-    rollout_batch = _collapse(batch, rollouts.first_rows, uid_key=uid_key, fields=fields)
-    rollout_batch = compute_advantage_fn(
-        rollout_batch,
-        adv_estimator=adv_estimator,
-        gamma=gamma,
-        lam=lam,
-        num_repeat=num_repeat,
-        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-        config=config,
-    )
+    estimator_kwargs = {
+        "adv_estimator": adv_estimator,
+        "gamma": gamma,
+        "lam": lam,
+        "num_repeat": num_repeat,
+        "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo,
+        "config": config,
+    }
+    try:
+        rollout_batch = compute_advantage_fn(
+            _collapse(batch, rollouts.first_rows, uid_key=uid_key, fields=fields), **estimator_kwargs
+        )
+    except KeyError:
+        if fields is None:
+            raise
+        # The estimator wants a field the batch lacks (GAE's values, say): run it on whole rows, so that verl's error
+        # lists the batch's own fields, as it does for Agent Lightning (or it finds a field outside the usual set).
+        rollout_batch = compute_advantage_fn(
+            _collapse(batch, rollouts.first_rows, uid_key=uid_key, fields=None), **estimator_kwargs
+        )
 
     # Extract everything before writing anything, so a refused estimator leaves ``batch`` untouched.
     collapsed_mask = rollout_batch.batch["response_mask"]  # (rollouts, R)
@@ -158,7 +168,7 @@ def _collapse(batch: DataProto, first_rows: np.ndarray, *, uid_key: str, fields:
     keys = [key for key in batch.batch.keys() if fields is None or key in fields]
     index = torch.from_numpy(first_rows)
     tensors = {key: torch.index_select(batch.batch[key], 0, index) for key in keys}  # faster than t[index]
-    non_tensors = {key: values[first_rows] for key, values in batch.non_tensor_batch.items()}
+    non_tensors = {key: values[first_rows] for key, values in as_arrays(batch.non_tensor_batch).items()}
     non_tensors["uid"] = non_tensors[uid_key]
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=dict(batch.meta_info))
 

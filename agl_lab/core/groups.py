@@ -23,6 +23,7 @@ __all__ = [
     "GROUP_KEYS",
     "RolloutGroups",
     "as_ids",
+    "as_arrays",
     "group_key",
     "group_rows",
     "non_tensor_ids",
@@ -66,6 +67,17 @@ def as_ids(values: Any, *, field: str) -> np.ndarray:
     for i, value in enumerate(values):  # element by element: a list of equal-length tuples must not broadcast
         out[i] = value
     return out
+
+
+def as_arrays(non_tensor_batch: dict[str, Any]) -> dict[str, np.ndarray]:
+    """A copy of a ``non_tensor_batch`` whose columns are all numpy arrays (lists, tuples, Series converted).
+
+    verl indexes every column with an array of rows, which a list cannot take; numpy columns pass as they are.
+    """
+    return {
+        key: values if isinstance(values, np.ndarray) else as_ids(values, field=f"non_tensor_batch[{key!r}]")
+        for key, values in non_tensor_batch.items()
+    }
 
 
 def group_rows(ids: Any, *, field: str) -> RolloutGroups:

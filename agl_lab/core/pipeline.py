@@ -29,7 +29,7 @@ from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage, co
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 
 from agl_lab.core.advantage import compute_rollout_level_advantage
-from agl_lab.core.groups import group_rows
+from agl_lab.core.groups import as_arrays, group_rows
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, normalize_advantages_by_rollout
 from agl_lab.core.rows import require_matrix
 from agl_lab.core.update_cap import EmptyBatchWarning, marked_rows_kept, plan_update_cap
@@ -230,7 +230,10 @@ def _group_metrics(batch: DataProto) -> dict[str, int]:
 
 
 def _shallow_copy(rows: DataProto) -> DataProto:
-    """A DataProto sharing the tensors of ``rows``, so adding or replacing fields leaves ``rows`` as it was."""
+    """A DataProto sharing the tensors of ``rows``, so adding or replacing fields leaves ``rows`` as it was.
+
+    Non-tensor columns given as lists, tuples or Series become numpy arrays, which verl's row indexing needs.
+    """
     return DataProto(
-        batch=rows.batch.copy(), non_tensor_batch=dict(rows.non_tensor_batch), meta_info=dict(rows.meta_info)
+        batch=rows.batch.copy(), non_tensor_batch=as_arrays(rows.non_tensor_batch), meta_info=dict(rows.meta_info)
     )
