@@ -180,11 +180,14 @@ class _Checkpoints:
         pass
 
 
-def agl_train_step(cfg: Any, rows: DataProto) -> tuple[dict[str, Any] | None, DataProto | None, dict[str, Any]]:
+def agl_train_step(cfg: Any, rows: DataProto) -> types.SimpleNamespace:
     """Agent Lightning's own ``_train_step`` on a bare trainer (no Ray, no workers): ``rows`` is what its rollout
-    returned. Old log-probs are zeros; the actor update only records the batch it was given (and its meta_info
-    then, since the trainer rewrites ``global_token_num`` afterwards). Returns ``(metrics, actor batch, meta)``;
-    metrics are None when the step was skipped. Seed ``random`` first: the drops draw from it.
+    returned. Seed ``random`` first: the drops draw from it.
+
+    Old log-probs are zeros; that stub also records which rows survived the drops (``kept``: their ``row`` tags),
+    so they are known even when a later step raises. The actor update only records the batch it was given, and
+    its meta_info then (the trainer rewrites ``global_token_num`` afterwards). Returns ``metrics`` (None when the
+    step was skipped), ``batch``, ``meta``, ``kept`` and ``error`` (the exception a step raised, else None).
     """
     trainer = object.__new__(agl().trainer.AgentLightningRayPPOTrainer)
     trainer.config = cfg
@@ -193,24 +196,25 @@ def agl_train_step(cfg: Any, rows: DataProto) -> tuple[dict[str, Any] | None, Da
     trainer.use_reference_policy = False
     trainer.use_critic = False
     trainer.checkpoint_manager = _Checkpoints()
-    seen: dict[str, Any] = {}
+    seen = types.SimpleNamespace(metrics=None, batch=None, meta=None, kept=None, error=None)
     trainer._next_train_batch_dict_for_rollout = lambda: {"dummy": np.zeros(1)}
     trainer._get_gen_batch = lambda batch: batch
     trainer._rollout = lambda gen_batch, is_train: (rows, {})
 
     def old_log_prob(batch: DataProto) -> tuple[DataProto, float]:
+        seen.kept = batch.non_tensor_batch["row"].tolist() if "row" in batch.non_tensor_batch else None
         zeros = torch.zeros(batch.batch["responses"].shape)
         return DataProto(batch=TensorDict({"old_log_probs": zeros}, batch_size=len(batch))), 0.0
 
     def update_actor(batch: DataProto) -> DataProto:
-        seen["batch"], seen["meta"] = batch, dict(batch.meta_info)
+        seen.batch, seen.meta = batch, dict(batch.meta_info)
         return DataProto(batch=None, meta_info={"metrics": {}})
 
     trainer._compute_old_log_prob = old_log_prob
     trainer._update_actor = update_actor
-    with contextlib.redirect_stdout(io.StringIO()):
-        result = trainer._train_step(timing_raw={}, curr_step_profile=False)
-    if result is None:
-        return None, None, {}
-    metrics = {k: v for k, v in result[0].items() if not k.startswith("timing/") and k != "perf/mfu/actor_infer"}
-    return metrics, seen["batch"], seen["meta"]
+    result, seen.error = outcome(lambda: trainer._train_step(timing_raw={}, curr_step_profile=False))
+    if result is not None:
+        seen.metrics = {
+            k: v for k, v in result[0].items() if not k.startswith("timing/") and k != "perf/mfu/actor_infer"
+        }
+    return seen
