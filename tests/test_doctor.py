@@ -45,6 +45,18 @@ def test_half_set_pair_is_a_warning_with_both_fixes(dotlist, key, text):
     assert "=per_rollout_mean" in warning.fix or "=true" in warning.fix
 
 
+def test_cispo_per_rollout_mean_counts_as_the_per_rollout_half_of_the_pair():
+    # Agent Lightning 1.0.2 normalizes advantages by rollout for cispo_per_rollout_mean too
+    cispo = "actor_rollout_ref.actor.policy_loss.loss_mode=cispo_per_rollout_mean"
+    assert findings(cispo, "agentlightning.max_ppo_update_times=2") == []
+    (warning,) = only(
+        findings(cispo, "algorithm.enable_rollout_level_advantage=false", "agentlightning.max_ppo_update_times=2"),
+        "warning",
+    )
+    assert warning.key == "algorithm.enable_rollout_level_advantage"
+    assert "cispo_per_rollout_mean is on but rollout-level advantage is off" in warning.message
+
+
 def test_both_off_is_plain_verl_and_fine():
     assert (
         findings(

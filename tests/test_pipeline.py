@@ -2,6 +2,7 @@ import re
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from verl.trainer.ppo.ray_trainer import compute_advantage
@@ -15,8 +16,11 @@ from agl_lab import (
     prepare_batch,
 )
 from agl_lab.core.pipeline import compute_advantages, select_rows
+from agl_lab.core.rows import rows_frame
+from agl_lab.core.update_cap import apply_update_cap, drop_marked_rows, same_reward_rows
 from agl_lab.lab.examples import EXAMPLE_OVERRIDES
-from conftest import assert_unchanged, snapshot
+from agl_lab.lab.weighting import analyze_weighting
+from conftest import assert_unchanged, snapshot, with_rewards
 
 
 def config(*dotlist):
@@ -157,3 +161,62 @@ def test_group_metrics_count_zero_advantage_groups():
         warnings.simplefilter("ignore")
         _, metrics = prepare_batch(rows, config())
     assert metrics["training/n_groups"] == 2 and metrics["training/n_zero_adv_groups"] == 2
+
+
+ID_KINDS = {
+    "object array": lambda ids: np.array(ids, dtype=object),
+    "str array": lambda ids: np.array(ids),
+    "list": list,
+    "tuple": tuple,
+    "Series": lambda ids: pd.Series(ids, index=np.arange(len(ids)) + 100),
+    "tuple ids": lambda ids: [tuple(i.split("/")) for i in ids],
+}
+
+
+@pytest.mark.parametrize("kind", list(ID_KINDS))
+def test_every_entry_point_takes_ids_of_any_sequence_type(kind):
+    def rows():
+        batch = example_rows()
+        batch.batch["is_drop_mask"][3] = True
+        for key in ("rollout_id_list", "data_id_list"):
+            batch.non_tensor_batch[key] = ID_KINDS[kind](batch.non_tensor_batch[key].tolist())
+        return batch
+
+    def reference():
+        batch = example_rows()
+        batch.batch["is_drop_mask"][3] = True
+        return batch
+
+    cfg = config("agentlightning.max_ppo_update_times=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1")
+    ours, ref = rows(), reference()
+    ids = ours.non_tensor_batch["rollout_id_list"]
+    mask = ref.batch["response_mask"]
+    torch.testing.assert_close(
+        normalize_advantages_by_rollout(mask.float(), mask, ids, num_trained_rows=5),
+        normalize_advantages_by_rollout(
+            mask.float(), mask, ref.non_tensor_batch["rollout_id_list"], num_trained_rows=5
+        ),
+    )
+    for fn in (
+        lambda b: prepare_batch(b, cfg, seed=1),
+        lambda b: select_rows(b, cfg, seed=1),
+        lambda b: apply_update_cap(b, mini_batch_size=5, seed=1),
+        lambda b: drop_marked_rows(b),
+        lambda b: compute_rollout_level_advantage(
+            with_rewards(b), adv_estimator="grpo", gamma=1.0, lam=1.0, num_repeat=3
+        ),
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", EmptyBatchWarning)
+            (got, metrics), (want, want_metrics) = fn(rows()), fn(reference())
+        assert metrics == want_metrics
+        for key in want.batch.keys():
+            torch.testing.assert_close(got.batch[key], want.batch[key], rtol=0, atol=0, msg=key)
+        assert list(got.non_tensor_batch["rollout_id_list"]) == list(
+            ID_KINDS[kind](list(want.non_tensor_batch["rollout_id_list"]))
+        )
+    assert same_reward_rows(rows()).tolist() == same_reward_rows(reference()).tolist()
+    assert rows_frame(rows())["rows_in_rollout"].tolist() == rows_frame(reference())["rows_in_rollout"].tolist()
+    weighting, _ = analyze_weighting(rows(), cfg, seed=1)
+    expected, _ = analyze_weighting(reference(), cfg, seed=1)
+    assert weighting.rollouts["weight"].tolist() == expected.rollouts["weight"].tolist()

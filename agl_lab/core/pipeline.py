@@ -100,7 +100,8 @@ def plan_selection(rows: DataProto, cfg: DictConfig, *, seed: int | None = None)
     if "token_level_scores" not in batch.batch.keys():
         raise AssertionError("rollout bridge must populate token_level_scores")
     require_matrix(batch, "token_level_scores", floating=True, finite=True)  # a NaN reward would poison its group
-    batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
+    if "attention_mask" in batch.batch.keys():  # the tokens of every collected row, as Agent Lightning records them
+        batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
 
     n = len(batch)
     survivors, metrics = marked_rows_kept(batch)  # (survivors,)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from verl import DataProto
 
-from agl_lab.core.groups import group_key, group_rows, non_tensor_ids, uniform_groups
+from agl_lab.core.groups import as_arrays, group_key, group_rows, non_tensor_ids, uniform_groups
 from agl_lab.core.rows import require_matrix
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "marked_rows_kept",
     "plan_update_cap",
     "same_reward_rows",
+    "take_rows",
 ]
 
 
@@ -39,7 +40,7 @@ class EmptyBatchWarning(UserWarning):
 def drop_marked_rows(batch: DataProto) -> tuple[DataProto, dict[str, int]]:
     """Remove rows flagged ``is_drop_mask`` (prompt over the aggregator's limit); count them."""
     keep, metrics = marked_rows_kept(batch)
-    return (batch if len(keep) == len(batch) else batch[torch.from_numpy(keep)]), metrics
+    return (batch if len(keep) == len(batch) else take_rows(batch, keep)), metrics
 
 
 def marked_rows_kept(batch: DataProto) -> tuple[np.ndarray, dict[str, int]]:
@@ -92,7 +93,7 @@ def apply_update_cap(
     """
     plan = plan_update_cap(batch, mini_batch_size=mini_batch_size, max_ppo_update_times=max_ppo_update_times, seed=seed)
     if len(plan.kept) < len(batch):
-        batch = batch[torch.from_numpy(plan.kept)]
+        batch = take_rows(batch, plan.kept)
     if len(batch) == 0:
         warnings.warn(
             f"no trainable batch after drop+floor ({len(plan.dropped_random) + len(plan.dropped_same_reward)} rows "
@@ -146,6 +147,12 @@ def plan_update_cap(
         dropped_same_reward=np.sort(drop_same).astype(np.int64),
         dropped_random=np.sort(drop_random).astype(np.int64),
     )
+
+
+def take_rows(batch: DataProto, index: np.ndarray) -> DataProto:
+    """The rows ``index`` of ``batch``, in that order (verl's indexing; id columns given as lists are fine too)."""
+    whole = DataProto(batch=batch.batch, non_tensor_batch=as_arrays(batch.non_tensor_batch), meta_info=batch.meta_info)
+    return whole[torch.from_numpy(np.asarray(index, dtype=np.int64))]
 
 
 def same_reward_rows(batch: DataProto) -> np.ndarray:

@@ -29,7 +29,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage, compute_response_mas
 
 from agl_lab.config.modes import LOSS_MODES
 from agl_lab.core.advantage import compute_rollout_level_advantage
-from agl_lab.core.groups import group_rows, non_tensor_ids
+from agl_lab.core.groups import as_arrays, group_rows, non_tensor_ids
 from agl_lab.core.pipeline import advantage_kwargs, mini_batch_rows, plan_selection
 from agl_lab.core.rows import require_fields
 from agl_lab.core.update_cap import EmptyBatchWarning
@@ -171,7 +171,8 @@ def _slim(rows: DataProto) -> DataProto:
     tensors["token_level_scores"] = rows.batch[scores]
     if "is_drop_mask" in rows.batch.keys():
         tensors["is_drop_mask"] = rows.batch["is_drop_mask"]
-    return DataProto.from_dict(tensors=tensors, non_tensors=dict(rows.non_tensor_batch), meta_info=dict(rows.meta_info))
+    non_tensors = as_arrays(rows.non_tensor_batch)  # lists, tuples, Series: numpy columns (tuple ids stay 1-D)
+    return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=dict(rows.meta_info))
 
 
 def _advantage_sums(batch: DataProto, cfg: DictConfig, *, rollout_level: bool) -> tuple[np.ndarray, dict[str, Any]]:
@@ -187,8 +188,8 @@ def _advantage_sums(batch: DataProto, cfg: DictConfig, *, rollout_level: bool) -
     else:
         work = compute_advantage(work, **kwargs)
     mask = work.batch["response_mask"]  # (kept, R)
-    sums = (work.batch["advantages"] * mask).sum(dim=-1)  # (kept,)
-    return sums.double().numpy(), metrics
+    sums = (work.batch["advantages"].double() * mask).sum(dim=-1)  # (kept,): bf16 advantages summed in float64
+    return sums.numpy(), metrics
 
 
 def _row_frame(slim: DataProto, rollouts, kept: _Kept, *, fate: np.ndarray) -> pd.DataFrame:
