@@ -315,3 +315,19 @@ def test_ray_workers_get_the_loss_through_the_setup_hook():
         assert cispo is compute_policy_loss_cispo_per_rollout_mean
     finally:
         ray.shutdown()
+
+
+def test_agent_lightnings_assertions_survive_python_O():
+    # Agent Lightning checks with `assert` (gone under python -O); agl_lab raises the same AssertionError explicitly
+    import subprocess
+    import sys
+
+    probe = (
+        "import torch; from omegaconf import OmegaConf\n"
+        "from agl_lab.core.loss import compute_policy_loss_per_rollout_mean as loss\n"
+        "cfg = OmegaConf.create({'clip_ratio': 0.2, 'clip_ratio_c': 1.0, 'global_batch_info': {}})\n"
+        "try:\n    loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1), config=cfg)\n"
+        "except AssertionError as exc:\n    print('raised:', exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-O", "-c", probe], capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip().endswith("raised: clip_ratio_c must be greater than 1.0, got 1.0"), out.stderr[-2000:]

@@ -255,3 +255,11 @@ def test_difference_an_empty_batch_is_refused():
     empty = _two_rollouts()[[]]
     with pytest.raises(ValueError, match=r"got an empty batch \(0 rows\): skip the step instead"):
         _grpo(empty, compute_rollout_level_advantage)
+
+
+def test_difference_integer_rewards_are_refused_by_name():
+    theirs, ours = _two_rollouts(score_dtype=torch.long), _two_rollouts(score_dtype=torch.long)
+    _, their_error = outcome(lambda: _grpo(theirs, agl().advantage.compute_rollout_level_advantage))
+    assert their_error is not None  # Agent Lightning fails inside verl's estimator, on the integer scores
+    with pytest.raises(ValueError, match=r"batch\['token_level_rewards'\] must be a floating-point tensor"):
+        _grpo(ours, compute_rollout_level_advantage)

@@ -305,3 +305,49 @@ def test_difference_negative_or_zero_limits_are_refused():
         lab_aggregate(_one(), False, HOW | {"max_total_length": -1})
     theirs, _ = agl_direct(_one(), HOW | {"max_prompt_length": 0})  # every prompt is cut to nothing and marked
     assert theirs.batch["is_drop_mask"].tolist() == [True]
+
+
+def test_difference_token_ids_may_be_tuples():
+    # Agent Lightning concatenates a call's prompt and response lists: tuple ids fail there
+    manager = agl().manager
+    triplets = [
+        manager.Triplet(prompt={"token_ids": (1, 2)}, response={"token_ids": [3], "log_probs": None}),
+        manager.Triplet(prompt={"token_ids": (1, 2, 3, 9)}, response={"token_ids": [4], "log_probs": None}),
+    ]
+    rollout = manager.CompletedRollout(
+        rollout_id="r", data_id="d", step=0, sample_idx_in_step=0, enqueue_time=0.0, final_reward=1.0, triplets=triplets
+    )
+    adapter = agl().adapter.RolloutAdapter(
+        max_prompt_length=4,
+        max_response_length=4,
+        device=torch.device("cpu"),
+        pad_token_id=0,
+        trace_aggregator_level="trajectory",
+    )
+    with pytest.raises(TypeError, match="can only concatenate tuple"):
+        adapter.get_train_data_batch([rollout])
+    # agl_lab takes them as the lists they stand for (the lab trainer's calls hold tuples)
+    tuples = [Rollout("r", "d", [LLMCall((1, 2), (3,)), LLMCall((1, 2, 3, 9), (4,))], 1.0)]
+    ours = aggregate(tuples, level="trajectory", max_prompt_length=4, max_response_length=4)
+    _compare(ours, agl_direct(_one(calls=[([1, 2], [3], None), ([1, 2, 3, 9], [4], None)]), HOW))
+
+
+def test_difference_nothing_is_logged_to_the_active_wandb_run(monkeypatch):
+    # Agent Lightning's adapter logs merge-mismatch and trajectory tables into whatever W&B run is active
+    import wandb
+
+    logged = []
+    run = types.SimpleNamespace(id="run", log_artifact=lambda artifact: logged.append("artifact"))
+    monkeypatch.setattr(wandb, "run", run)
+    monkeypatch.setattr(wandb, "log", lambda data, **kwargs: logged.extend(sorted(data)))
+    agl_direct(_one(), HOW)
+    assert "training/trace_merge_mismatches" in logged  # tables went into the user's run
+    logged.clear()
+    lab_aggregate(_one(), False, HOW)
+    assert logged == []
+
+
+def test_difference_multimodal_and_routed_expert_fields_are_out_of_scope():
+    # Agent Lightning 1.0.2's adapter also carries image_urls (Qwen-VL) and routed experts (MoE replay)
+    assert [f for f in LLMCall.__dataclass_fields__] == ["prompt_ids", "response_ids", "log_probs"]
+    assert "image_urls" in agl().manager.Triplet.model_fields

@@ -329,3 +329,39 @@ def test_difference_the_uid_fallback_is_seeded():
     assert ours[0] == ours[1] and len(set(ours[0])) == 7  # one group per row, the same ids for the same seed
     theirs = [agl_train_step(cfg, build(spec)).batch.non_tensor_batch["uid"].tolist() for _ in range(2)]
     assert theirs[0] != theirs[1]  # uuid4 per row, per call
+
+
+def test_difference_balance_batch_is_not_modelled():
+    # verl's balance_batch reorders rows across data-parallel workers (Agent Lightning's default: true); the lab is one
+    # process, so its rows keep their order (the differential tests run Agent Lightning with it off)
+    cfg = config("grpo", True, "per_rollout_mean", 1, 1, None, True, None)
+    balanced = OmegaConf.merge(cfg, {"trainer": {"balance_batch": True}})
+    assert agl_train_step(balanced, build(SPEC)).error is not None  # it needs the actor's worker group
+    batch, _ = select_rows(build(SPEC), balanced, seed=0)
+    assert batch.non_tensor_batch["row"].tolist() == list(range(7))
+
+
+def test_difference_rollout_correction_bypass_mode_is_not_modelled():
+    # bypass mode: Agent Lightning takes the rollout's log-probs as the old ones (and refuses rows without them);
+    # the lab trainer computes old log-probs with its policy, and its rollouts carry none
+    cfg = OmegaConf.merge(
+        config("grpo", True, "per_rollout_mean", 1, 1, None, True, None),
+        {"algorithm": {"rollout_correction": {"bypass_mode": True}}},
+    )
+    error = agl_train_step(cfg, build(SPEC)).error
+    assert str(error) == "bypass_mode requires rollout_log_probs in batch"
+    batch, metrics = lab_steps_3_to_5(select_rows(build(SPEC), cfg, seed=0)[0], cfg)
+    assert not any(key.startswith("rollout_corr/") for key in metrics)
+
+
+def test_difference_rows_without_attention_mask_are_selected():
+    # a dumped batch may keep only the response mask; Agent Lightning's step reads attention_mask for a metric
+    def rows():
+        batch = build(SPEC)
+        del batch.batch["attention_mask"]
+        return batch
+
+    cfg = config("grpo", True, "per_rollout_mean", 1, 1, None, True, None)
+    assert isinstance(agl_train_step(cfg, rows()).error, KeyError)
+    batch, _ = select_rows(rows(), cfg, seed=0)
+    assert len(batch) == 7 and "global_token_num" not in batch.meta_info
