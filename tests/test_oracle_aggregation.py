@@ -351,3 +351,17 @@ def test_difference_multimodal_and_routed_expert_fields_are_out_of_scope():
     # Agent Lightning 1.0.2's adapter also carries image_urls (Qwen-VL) and routed experts (MoE replay)
     assert [f for f in LLMCall.__dataclass_fields__] == ["prompt_ids", "response_ids", "log_probs"]
     assert "image_urls" in agl().manager.Triplet.model_fields
+
+
+def test_difference_ids_need_not_be_strings():
+    # Agent Lightning's CompletedRollout takes string ids only; agl_lab groups any hashable id (ints, tuples)
+    with pytest.raises(ValueError, match="rollout_id"):  # pydantic's ValidationError is a ValueError
+        agl().manager.CompletedRollout(rollout_id=3, data_id="d", step=0, sample_idx_in_step=0, enqueue_time=0.0)
+    rows, _ = aggregate(
+        [Rollout(3, ("d", 0), [LLMCall([1], [2])], 1.0), Rollout(4, ("d", 0), [LLMCall([1], [5])], 0.0)],
+        level="transition",
+        max_prompt_length=2,
+        max_response_length=2,
+    )
+    assert rows.non_tensor_batch["rollout_id_list"].tolist() == [3, 4]
+    assert rows.non_tensor_batch["data_id_list"].tolist() == [("d", 0), ("d", 0)]
