@@ -139,3 +139,18 @@ def test_misspelt_keys_and_wrong_types_in_a_config_from_elsewhere():
 def test_findings_print_on_one_line_each():
     for finding in findings("algorithm.adv_estimator=remax", "actor_rollout_ref.actor.clip_ratio_c=0.5"):
         assert "\n" not in str(finding) and "-> fix:" in str(finding)
+
+
+def test_more_turns_than_the_short_run_limits_fit_is_a_warning_with_the_limits_that_fit():
+    from agl_lab import short_run_config
+
+    assert [f for f in diagnose(short_run_config()) if f.key == "lab.max_turns"] == []  # the preset fits 4 turns
+    (warning,) = [f for f in diagnose(short_run_config(dotlist=["lab.max_turns=8"])) if f.key == "lab.max_turns"]
+    # 8 turns, 4 tokens per call: prompts up to 8 + 3 = 11, merged responses up to 6 x 8 - 2 = 46 tokens
+    assert "trajectory-level rows of up to 11 prompt and 46 response tokens" in warning.message
+    assert "trajectory_max_prompt_length=11 and agentlightning.trace_aggregator.trajectory_max_response_length=46" in (
+        warning.fix
+    )
+    transition = short_run_config(dotlist=["lab.max_turns=8", "agentlightning.trace_aggregator.level=transition"])
+    (warning,) = [f for f in diagnose(transition) if f.key == "lab.max_turns"]
+    assert "set data.max_prompt_length=45 and data.max_response_length=4" in warning.fix  # 3 + 6 x 7

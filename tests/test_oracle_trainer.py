@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from agl_lab import EmptyBatchWarning, compose_config
+from agl_lab import EmptyBatchWarning, compose_config, prepare_batch
 from agl_lab.core.pipeline import compute_advantages, plan_selection, select_rows
 from agl_lab.core.update_cap import same_reward_rows
 
@@ -352,6 +352,12 @@ def test_difference_rollout_correction_bypass_mode_is_not_modelled():
     assert str(error) == "bypass_mode requires rollout_log_probs in batch"
     batch, metrics = lab_steps_3_to_5(select_rows(build(SPEC), cfg, seed=0)[0], cfg)
     assert not any(key.startswith("rollout_corr/") for key in metrics)
+    # without bypass the correction runs where Agent Lightning runs it (the differential test), but it needs old
+    # log-probs: prepare_batch on a dump without them (the weighting analysis) leaves it out
+    cfg = config("grpo", True, "per_rollout_mean", 1, 1, None, True, "token")
+    rows = build(SPEC | {"rollout_log_probs": True})
+    assert not any(key.startswith("rollout_corr/") for key in prepare_batch(rows, cfg, seed=0)[1])
+    assert any(key.startswith("rollout_corr/") for key in lab_steps_3_to_5(select_rows(rows, cfg, seed=0)[0], cfg)[1])
 
 
 def test_difference_rows_without_attention_mask_are_selected():

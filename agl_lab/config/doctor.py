@@ -31,6 +31,7 @@ from agl_lab.config.settings import (
     SETTINGS,
     estimator_choices,
 )
+from agl_lab.config.task_rows import row_limit_problem
 from agl_lab.config.tree import INTERPOLATION, leaves
 from agl_lab.core.aggregation import TRACE_LEVELS
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, PER_ROLLOUT_MEAN_LOSS_MODE
@@ -69,6 +70,7 @@ def diagnose(cfg: DictConfig) -> list[Finding]:
     findings += _pair(get)
     findings += _algorithm(get)
     findings += _batch_sizes(get)
+    findings += _task_rows(cfg)
     order = {"error": 0, "warning": 1, "note": 2}
     return sorted(findings, key=lambda f: order[f.level])
 
@@ -270,6 +272,11 @@ def _batch_sizes(get) -> list[Finding]:
             )
         )
     return findings
+
+
+def _task_rows(cfg: DictConfig) -> list[Finding]:
+    problem = row_limit_problem(cfg)
+    return [] if problem is None else [Finding("warning", "lab.max_turns", *problem)]
 
 
 def _getter(cfg: DictConfig):
