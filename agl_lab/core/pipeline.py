@@ -204,10 +204,11 @@ def _rollout_correction(batch: DataProto, algorithm: DictConfig) -> dict[str, An
     ``rollout_log_probs``; it needs ``old_log_probs`` (the trainer computed them), so a batch without them (the
     weighting analysis of a dumped batch) skips it. Bypass mode is not the lab's (see docs/differences.md).
     """
-    config = algorithm.get("rollout_correction", None)
-    bypass = bool(config and config.get("bypass_mode", False))
     keys = batch.batch.keys()
-    if config is None or bypass or "rollout_log_probs" not in keys or "old_log_probs" not in keys:
+    if "rollout_log_probs" not in keys or "old_log_probs" not in keys:  # first: config reads cost more
+        return {}
+    config = algorithm.get("rollout_correction", None)
+    if config is None or config.get("bypass_mode", False):
         return {}
     corrected, metrics = compute_rollout_correction_and_add_to_batch(batch, config)
     batch.batch.update(corrected.batch)
