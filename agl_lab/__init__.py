@@ -1,8 +1,8 @@
 """agl_lab: Agent Lightning v1.0's per-rollout weighting (rollout-level advantage, per_rollout_mean, update cap)
 on real verl parts, in a Jupyter lab.
 
-``import agl_lab`` registers the ``per_rollout_mean`` policy loss in verl's registry. The package follows the data
-flow, one subpackage per stage:
+``import agl_lab`` registers the ``per_rollout_mean`` and ``cispo_per_rollout_mean`` policy losses in verl's registry.
+The package follows the data flow, one subpackage per stage:
 
 * ``agl_lab.core`` — the batch math on verl ``DataProto`` rows: grouping, trace aggregation, advantage, loss,
   update cap, the trainer's steps 1–5, per-token weights (no UI, tracking or cluster imports);
@@ -42,7 +42,9 @@ with warnings.catch_warnings():
     from agl_lab.config.modes import LOSS_MODES
     from agl_lab.core.advantage import compute_rollout_level_advantage
     from agl_lab.core.loss import (
+        CISPO_PER_ROLLOUT_MEAN_LOSS_MODE,
         PER_ROLLOUT_MEAN_LOSS_MODE,
+        compute_policy_loss_cispo_per_rollout_mean,
         compute_policy_loss_per_rollout_mean,
         normalize_advantages_by_rollout,
         ray_runtime_env,
@@ -74,6 +76,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CISPO_PER_ROLLOUT_MEAN_LOSS_MODE",
     "LOSS_MODES",
     "PER_ROLLOUT_MEAN_LOSS_MODE",
     "ConfigError",
@@ -85,6 +88,7 @@ __all__ = [
     "build_rows",
     "compose_config",
     "compute_advantages",
+    "compute_policy_loss_cispo_per_rollout_mean",
     "compute_policy_loss_per_rollout_mean",
     "compute_rollout_level_advantage",
     "diagnose",

@@ -17,9 +17,13 @@ from agl_lab.curves.wandb_offline import wait_for_exit  # noqa: E402
 from agl_lab.lab.examples import rows_from_plan  # noqa: E402
 
 
-def make_rows(plan, *, masks=None):
-    """Rows from ``plan``: a list of (data_id, rollout_id, reward, [response length of each row])."""
-    return rows_from_plan(plan, response_masks=masks)
+def make_rows(plan, *, masks=None, score_dtype=torch.float32):
+    """Rows from ``plan``: a list of (data_id, rollout_id, reward, [response length of each row]).
+
+    Scores are float32 here, so hand-worked arithmetic stays exact; Agent Lightning's bf16 path (the library
+    default) is checked against the real package in tests/test_oracle_*.py.
+    """
+    return rows_from_plan(plan, response_masks=masks, score_dtype=score_dtype)
 
 
 def with_rewards(batch):

@@ -109,7 +109,7 @@ def test_gae_is_refused_not_broadcast():
         rollout_level(rows, "gae", gamma=0.9, lam=0.95)
     assert str(err.value) == (
         "rollout-level advantage requires scalar outcome-style advantages; "
-        "got non-constant token values for rollout_id='A'"
+        "got non-constant token values for rollout_id=np.str_('A')"
     )
     assert_unchanged(rows, snap)
 
@@ -153,14 +153,18 @@ def _bad(kind):
         ("no_uid", RuntimeError, "rollout-level advantage requires uid or data_id_list in non_tensor_batch"),
         ("response_mask", RuntimeError, "rollout-level advantage requires response_mask in batch"),
         ("token_level_rewards", RuntimeError, "rollout-level advantage requires token_level_rewards in batch"),
-        ("two_uids", RuntimeError, "rollout-level advantage found multiple uid values for rollout_id='A'"),
+        ("two_uids", RuntimeError, "rollout-level advantage found multiple uid values for rollout_id=np.str_('A')"),
         (
             "two_rewards",
             RuntimeError,
             "rollout-level advantage requires all triplets for the same rollout_id to share the same scalar "
-            "token_level_rewards sum; got rollout_id='A'",
+            "token_level_rewards sum; got rollout_id=np.str_('A')",
         ),
-        ("empty_rollout", RuntimeError, "rollout-level advantage cannot extract advantages for empty rollout_id='B'"),
+        (
+            "empty_rollout",
+            RuntimeError,
+            "rollout-level advantage cannot extract advantages for empty rollout_id=np.str_('B')",
+        ),
         ("nan_reward", ValueError, "batch['token_level_rewards'] has NaN or inf values in rows [2]"),
         ("wide_rewards", ValueError, "batch['token_level_rewards'] has shape (3, 4) but response_mask has (3, 3)"),
         ("int_rewards", ValueError, "batch['token_level_rewards'] must be a floating-point tensor"),
@@ -182,7 +186,9 @@ def test_errors_follow_agent_lightnings_rollout_order():
     rows = with_rewards(make_rows([("q", "A", 1.0, [1, 1]), ("q", "B", 0.0, [1, 1])]))
     rows.batch["token_level_rewards"][1, 0] = 0.5
     rows.non_tensor_batch["data_id_list"] = np.array(["q", "q", "q", "x"], dtype=object)
-    with pytest.raises(RuntimeError, match="same scalar token_level_rewards sum; got rollout_id='A'"):
+    # ids come as numpy '<U' arrays (what np.array(list_of_str) gives): messages show them as Agent Lightning's do
+    text = "same scalar token_level_rewards sum; got rollout_id=np.str_('A')"
+    with pytest.raises(RuntimeError, match=re.escape(text)):
         rollout_level(rows)
 
 

@@ -142,12 +142,92 @@ def test_limits_from_the_config_follow_the_level():
         "level": "trajectory",
         "max_prompt_length": 2048,
         "max_response_length": 8192,
+        "max_total_length": None,
         "reward_fillna_value": 0.0,
     }
+    total = compose_config(dotlist=["agentlightning.trace_aggregator.trajectory_max_total_length=3000"])
+    assert aggregation_limits(total)["max_total_length"] == 3000
     transition = aggregation_limits(
-        compose_config(dotlist=["agentlightning.trace_aggregator.level=transition", "data.max_response_length=64"])
+        compose_config(
+            dotlist=[
+                "agentlightning.trace_aggregator.level=transition",
+                "data.max_response_length=64",
+                "agentlightning.trace_aggregator.trajectory_max_total_length=3000",  # trajectory only
+            ]
+        )
     )
     assert transition["max_prompt_length"] == 512 and transition["max_response_length"] == 64
+    assert transition["max_total_length"] is None
+
+
+def test_limits_fall_back_to_data_and_the_level_to_transition():
+    # Agent Lightning reads the trajectory limits with .get(key, data.max_*) and the level with .get(key, transition)
+    cfg = compose_config(
+        dotlist=[
+            "~agentlightning.trace_aggregator.trajectory_max_prompt_length",
+            "~agentlightning.trace_aggregator.trajectory_max_response_length",
+            "data.max_prompt_length=100",
+            "data.max_response_length=200",
+        ]
+    )
+    assert aggregation_limits(cfg)["max_prompt_length"] == 100
+    assert aggregation_limits(cfg)["max_response_length"] == 200
+    del cfg.agentlightning.trace_aggregator["level"]
+    assert aggregation_limits(cfg)["level"] == "transition"
+
+
+def test_total_length_cuts_the_response_after_the_prompt():
+    # prompt 3 tokens, total 5: the response keeps 5 - 3 = 2 of its 4 tokens (and is counted as truncated)
+    calls = [LLMCall([1, 2, 3], [4, 5, 6, 7])]
+    batch, metrics = agg([Rollout("r", "q", calls, 1.0)], max_total_length=5)
+    assert rows_of(batch) == [([1, 2, 3], [4, 5], [1, 1])]
+    assert metrics["training/n_truncated_sample"] == 1
+    # a prompt cut to max_prompt (2) leaves 5 - 2 = 3 response tokens, and the row is marked
+    batch, _ = agg([Rollout("r", "q", calls, 1.0)], max_prompt=2, max_total_length=5)
+    assert rows_of(batch) == [([1, 2], [4, 5, 6], [1, 1, 1])] and batch.batch["is_drop_mask"].tolist() == [True]
+    # a total at or below the prompt leaves nothing trainable: the row is skipped, not kept
+    with pytest.raises(RuntimeError, match="zero training rows"):
+        agg([Rollout("r", "q", calls, 1.0)], max_total_length=3)
+
+
+def test_rows_are_padded_to_the_limits_with_bf16_scores_and_string_id_arrays():
+    batch, _ = agg([Rollout("r0", "q0", CALLS, reward=0.3)], max_prompt=7, max_response=9)
+    assert batch.batch["prompts"].shape == (2, 7) and batch.batch["responses"].shape == (2, 9)
+    assert batch.batch["input_ids"].shape == (2, 16)
+    assert batch.batch["token_level_scores"].dtype == torch.bfloat16
+    assert batch.batch["token_level_scores"].sum().item() == 2 * 0.30078125  # 0.3 rounded to bf16, on 2 rows
+    assert batch.non_tensor_batch["rollout_id_list"].dtype.kind == "U"  # np.array(list_of_str), as Agent Lightning
+    longest, _ = agg([Rollout("r0", "q0", CALLS, reward=0.3)], max_prompt=7, max_response=9, pad_to="longest")
+    assert longest.batch["prompts"].shape == (2, 2) and longest.batch["responses"].shape == (2, 5)
+    assert rows_of(longest) == rows_of(batch)
+
+
+def test_rollouts_are_ordered_by_step_and_sample_index_stably():
+    one = [LLMCall([1], [2])]
+    rollouts = [
+        Rollout("late", "q1", one, 1.0, step=2, sample_idx_in_step=0),
+        Rollout("b1", "q1", one, 1.0, step=1, sample_idx_in_step=1),
+        Rollout("a", "q0", one, 1.0, step=1, sample_idx_in_step=0),
+        Rollout("b2", "q1", one, 1.0, step=1, sample_idx_in_step=1),  # ties keep their input order
+    ]
+    batch, _ = agg(rollouts)
+    assert batch.non_tensor_batch["rollout_id_list"].tolist() == ["a", "b1", "b2", "late"]
+
+
+def test_the_mismatch_counter_stops_at_one_hundred():
+    # 151 calls, none continuing the previous one: 150 mismatches, counted up to 100 as Agent Lightning records them
+    calls = [LLMCall([100 + i], [1]) for i in range(151)]
+    batch, metrics = agg([Rollout("r", "q", calls, 1.0)])
+    assert len(batch) == 151 and metrics["training/n_trace_merge_mismatch_rows"] == 100
+
+
+def test_log_probs_of_the_wrong_length_are_checked_after_truncation():
+    # 3 log-probs for a 4-token response: unusable, unless the response is cut to 3 or fewer tokens (both cut alike)
+    calls = [LLMCall([1], [2, 3, 4, 5], log_probs=[-0.1, -0.2, -0.3])]
+    batch, _ = agg([Rollout("r", "q", calls, 1.0)])
+    assert "rollout_log_probs" not in batch.batch.keys()
+    batch, _ = agg([Rollout("r", "q", calls, 1.0)], max_response=2)
+    assert batch.batch["rollout_log_probs"].tolist() == [pytest.approx([-0.1, -0.2])]
 
 
 def test_rows_feed_the_pipeline():

@@ -51,6 +51,22 @@ def test_safe_format_round_trip(tmp_path):
     assert_same_batch(load_batch(path / "tensors.safetensors"), original)
 
 
+def test_tuple_ids_come_back_as_tuples_and_still_group(tmp_path):
+    original = make_rows([("q0", "a", 1.0, [2, 1]), ("q1", "b", 0.0, [3])])
+    tuple_ids = np.empty(3, dtype=object)
+    tuple_ids[:] = [("q0", 0), ("q0", 0), ("q1", (2, "x"))]  # nested too
+    original.non_tensor_batch["rollout_id_list"] = tuple_ids
+    original.non_tensor_batch["extra"] = np.array([{"__kind": [1, (2, 3)]}, [(4,)], None], dtype=object)
+    loaded = load_batch(save_batch(original, tmp_path / "batch"))
+    assert loaded.non_tensor_batch["rollout_id_list"].tolist() == [("q0", 0), ("q0", 0), ("q1", (2, "x"))]
+    assert loaded.non_tensor_batch["extra"].tolist() == [{"__kind": [1, (2, 3)]}, [(4,)], None]
+    assert group_rows(loaded.non_tensor_batch["rollout_id_list"], field="rollout_id_list").sizes.tolist() == [2, 1]
+    clash = make_rows([("q0", "a", 1.0, [1])])
+    clash.non_tensor_batch["extra"] = np.array([{"__tuple__": [1]}], dtype=object)
+    with pytest.raises(ValueError, match="uses to mark tuples"):
+        save_batch(clash, tmp_path / "clash")
+
+
 def test_save_refuses_to_overwrite_and_what_json_cannot_hold(tmp_path):
     save_batch(shared_batch(), tmp_path)
     with pytest.raises(FileExistsError, match="pass overwrite=True"):

@@ -32,6 +32,8 @@ def test_defaults_are_verl_ppo_trainer_plus_agent_lightning():
             "level": "trajectory",
             "trajectory_max_prompt_length": 2048,
             "trajectory_max_response_length": 8192,
+            # 1.0.2 reads it with .get (default none); agl_lab lists it so that it can be set without a "+"
+            "trajectory_max_total_length": None,
         },
         "async_rollout": {"enabled": False, "async_train_batch_size": None},
     }

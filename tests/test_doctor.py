@@ -47,6 +47,18 @@ def test_half_set_pair_is_a_warning_with_both_fixes(dotlist, key, text):
     assert "=per_rollout_mean" in warning.fix or "=true" in warning.fix
 
 
+def test_cispo_per_rollout_mean_counts_as_the_per_rollout_half_of_the_pair():
+    # Agent Lightning 1.0.2 normalizes advantages by rollout for cispo_per_rollout_mean too
+    cispo = "actor_rollout_ref.actor.policy_loss.loss_mode=cispo_per_rollout_mean"
+    assert findings(cispo, "agentlightning.max_ppo_update_times=2") == []
+    (warning,) = only(
+        findings(cispo, "algorithm.enable_rollout_level_advantage=false", "agentlightning.max_ppo_update_times=2"),
+        "warning",
+    )
+    assert warning.key == "algorithm.enable_rollout_level_advantage"
+    assert "cispo_per_rollout_mean is on but rollout-level advantage is off" in warning.message
+
+
 def test_both_off_is_plain_verl_and_fine():
     assert (
         findings(
@@ -186,3 +198,18 @@ def test_the_settings_table_names_each_setting_with_the_catalogues_label():
     assert frame.setting.tolist() == [s.label for s in SETTINGS.values()]
     estimator = frame.set_index("key").loc["algorithm.adv_estimator"]
     assert (estimator["value"], estimator["default"]) == ("grpo", "gae")
+
+
+def test_more_turns_than_the_short_run_limits_fit_is_a_warning_with_the_limits_that_fit():
+    from agl_lab import short_run_config
+
+    assert [f for f in diagnose(short_run_config()) if f.key == "lab.max_turns"] == []  # the preset fits 4 turns
+    (warning,) = [f for f in diagnose(short_run_config(dotlist=["lab.max_turns=8"])) if f.key == "lab.max_turns"]
+    # 8 turns, 4 tokens per call: prompts up to 8 + 3 = 11, merged responses up to 6 x 8 - 2 = 46 tokens
+    assert "trajectory-level rows of up to 11 prompt and 46 response tokens" in warning.message
+    assert "trajectory_max_prompt_length=11 and agentlightning.trace_aggregator.trajectory_max_response_length=46" in (
+        warning.fix
+    )
+    transition = short_run_config(dotlist=["lab.max_turns=8", "agentlightning.trace_aggregator.level=transition"])
+    (warning,) = [f for f in diagnose(transition) if f.key == "lab.max_turns"]
+    assert "set data.max_prompt_length=45 and data.max_response_length=4" in warning.fix  # 3 + 6 x 7

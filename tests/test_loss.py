@@ -15,8 +15,10 @@ from verl.utils.config import omega_conf_to_dataclass
 
 import agl_lab
 from agl_lab import (
+    CISPO_PER_ROLLOUT_MEAN_LOSS_MODE,
     PER_ROLLOUT_MEAN_LOSS_MODE,
     compose_config,
+    compute_policy_loss_cispo_per_rollout_mean,
     compute_policy_loss_per_rollout_mean,
     normalize_advantages_by_rollout,
 )
@@ -155,7 +157,8 @@ def test_asymmetric_clip_ratios_and_importance_weights():
 
 
 def test_clip_ratio_c_must_exceed_one():
-    with pytest.raises(RuntimeError, match=re.escape("clip_ratio_c must be greater than 1.0, got 1.0")):
+    # Agent Lightning asserts this: an AssertionError with its text (raised explicitly here, so python -O keeps it)
+    with pytest.raises(AssertionError, match=re.escape("clip_ratio_c must be greater than 1.0, got 1.0")):
         compute_policy_loss_per_rollout_mean(
             torch.zeros(1, 1),
             torch.zeros(1, 1),
@@ -165,9 +168,37 @@ def test_clip_ratio_c_must_exceed_one():
         )
 
 
-def test_missing_config_names_the_fix():
-    with pytest.raises(ValueError, match="pass config=actor_rollout_ref.actor"):
-        compute_policy_loss_per_rollout_mean(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1))
+@pytest.mark.parametrize(
+    ("loss", "mode"),
+    [
+        (compute_policy_loss_per_rollout_mean, "per_rollout_mean"),
+        (compute_policy_loss_cispo_per_rollout_mean, "cispo_per_rollout_mean"),
+    ],
+)
+def test_missing_config_is_agent_lightnings_assertion(loss, mode):
+    with pytest.raises(AssertionError, match=re.escape(f"{mode} loss requires the actor config")):
+        loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1))
+
+
+def test_cispo_hand_worked_loss_gradient_and_metrics():
+    # Three one-token rows, clip 0.2: (A, log π_old, log π) = (+1, 0, 0.5), (-1, 0, ln 0.5), (+2, -1, -1).
+    advantages = torch.tensor([[1.0], [-1.0], [2.0]])
+    old = torch.tensor([[0.0], [0.0], [-1.0]])
+    log_prob = torch.tensor([[0.5], [math.log(0.5)], [-1.0]], requires_grad=True)
+    loss, metrics = compute_policy_loss_cispo_per_rollout_mean(
+        old, log_prob, advantages, torch.ones(3, 1), config=actor_config(dp_size=2, clip_ratio_c=1.0)
+    )
+    # ratios e^0.5 = 1.6487 -> clipped 1.2; 0.5 -> clipped 0.8; 1 -> 1. Terms −clip·A·log π:
+    # −1.2·1·0.5 = −0.6; −0.8·(−1)·(−0.6931) = −0.5545; −1·2·(−1) = 2. Sum 0.8455, × dp_size 2 = 1.6910.
+    expected = 2 * (-1.2 * 0.5 - 0.8 * math.log(0.5) * -1.0 + 2.0)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    loss.backward()
+    # ∂/∂log π = −clip·A·dp_size: a clipped token keeps its gradient (scaled by the clipped ratio), unlike PPO's
+    assert log_prob.grad.flatten().tolist() == pytest.approx([-2 * 1.2, 2 * 0.8, -2 * 2.0])
+    # clip_ratio_c = 1.0 is accepted: CISPO has no dual clip and never reads it
+    assert metrics["actor/pg_clipfrac"] == pytest.approx(2 / 3)
+    assert metrics["actor/pg_clipfrac_lower"] == 0.0
+    assert metrics["actor/ppo_kl"] == pytest.approx(-(0.5 + math.log(0.5)) / 3, rel=1e-6)
 
 
 def test_loss_agg_mode_is_ignored_and_a_dictconfig_works():
@@ -182,7 +213,9 @@ def test_loss_agg_mode_is_ignored_and_a_dictconfig_works():
 
 def test_registered_in_verls_registry():
     assert agl_lab.PER_ROLLOUT_MEAN_LOSS_MODE == "per_rollout_mean"
+    assert agl_lab.CISPO_PER_ROLLOUT_MEAN_LOSS_MODE == "cispo_per_rollout_mean"
     assert get_policy_loss_fn(PER_ROLLOUT_MEAN_LOSS_MODE) is compute_policy_loss_per_rollout_mean
+    assert get_policy_loss_fn(CISPO_PER_ROLLOUT_MEAN_LOSS_MODE) is compute_policy_loss_cispo_per_rollout_mean
 
 
 def test_registration_never_clobbers_another_function(monkeypatch):
@@ -190,9 +223,14 @@ def test_registration_never_clobbers_another_function(monkeypatch):
         raise AssertionError("not called")
 
     monkeypatch.setitem(core_algos.POLICY_LOSS_REGISTRY, PER_ROLLOUT_MEAN_LOSS_MODE, theirs)
-    with pytest.warns(UserWarning, match="agl_lab leaves that registration in place"):
+    monkeypatch.delitem(core_algos.POLICY_LOSS_REGISTRY, CISPO_PER_ROLLOUT_MEAN_LOSS_MODE)
+    with pytest.warns(UserWarning, match="'per_rollout_mean' to .*agl_lab leaves that registration in place"):
         register_in_worker()
     assert core_algos.POLICY_LOSS_REGISTRY[PER_ROLLOUT_MEAN_LOSS_MODE] is theirs
+    # the other name, missing, is registered all the same
+    assert (
+        core_algos.POLICY_LOSS_REGISTRY[CISPO_PER_ROLLOUT_MEAN_LOSS_MODE] is compute_policy_loss_cispo_per_rollout_mean
+    )
     monkeypatch.setitem(
         core_algos.POLICY_LOSS_REGISTRY, PER_ROLLOUT_MEAN_LOSS_MODE, compute_policy_loss_per_rollout_mean
     )
@@ -273,5 +311,23 @@ def test_ray_workers_get_the_loss_through_the_setup_hook():
         ray.shutdown()
         ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env=agl_lab.ray_runtime_env())
         assert ray.get(lookup.remote(PER_ROLLOUT_MEAN_LOSS_MODE)) is compute_policy_loss_per_rollout_mean
+        cispo = ray.get(lookup.remote(CISPO_PER_ROLLOUT_MEAN_LOSS_MODE))
+        assert cispo is compute_policy_loss_cispo_per_rollout_mean
     finally:
         ray.shutdown()
+
+
+def test_agent_lightnings_assertions_survive_python_O():
+    # Agent Lightning checks with `assert` (gone under python -O); agl_lab raises the same AssertionError explicitly
+    import subprocess
+    import sys
+
+    probe = (
+        "import torch; from omegaconf import OmegaConf\n"
+        "from agl_lab.core.loss import compute_policy_loss_per_rollout_mean as loss\n"
+        "cfg = OmegaConf.create({'clip_ratio': 0.2, 'clip_ratio_c': 1.0, 'global_batch_info': {}})\n"
+        "try:\n    loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1), config=cfg)\n"
+        "except AssertionError as exc:\n    print('raised:', exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-O", "-c", probe], capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip().endswith("raised: clip_ratio_c must be greater than 1.0, got 1.0"), out.stderr[-2000:]

@@ -2,6 +2,7 @@ import re
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from verl.trainer.ppo.ray_trainer import compute_advantage
@@ -15,8 +16,11 @@ from agl_lab import (
     prepare_batch,
 )
 from agl_lab.core.pipeline import compute_advantages, select_rows
+from agl_lab.core.rows import rows_frame
+from agl_lab.core.update_cap import apply_update_cap, drop_marked_rows, same_reward_rows
 from agl_lab.lab.examples import EXAMPLE_OVERRIDES
-from conftest import assert_unchanged, snapshot
+from agl_lab.lab.weighting import analyze_weighting
+from conftest import assert_unchanged, snapshot, with_rewards
 
 
 def config(*dotlist):
@@ -54,9 +58,11 @@ def test_every_rollout_carries_the_same_mass_magnitude_per_group():
     mass = (batch.batch["advantages"] * batch.batch["response_mask"]).sum(-1)
     ids = batch.non_tensor_batch["rollout_id_list"]
     per_rollout = {r: mass[torch.from_numpy(ids == r)].sum().item() for r in dict.fromkeys(ids)}
-    # q0 rewards (1, 0, 0): GRPO advantages (1.1547, -0.57735, -0.57735), each divided by 12 rows
-    assert per_rollout["q0/r0"] == pytest.approx(1.1547 / 12, rel=1e-4)
-    assert per_rollout["q0/r1"] == pytest.approx(per_rollout["q0/r2"]) == pytest.approx(-0.57735 / 12, rel=1e-4)
+    # q0 rewards (1, 0, 0): GRPO advantages (1.1547, -0.57735, -0.57735), each divided by 12 rows. The example's
+    # scores are bf16, as Agent Lightning's, so GRPO and the division run in bf16 (8 significant bits: rel 2^-7).
+    assert batch.batch["advantages"].dtype == torch.bfloat16
+    assert per_rollout["q0/r0"] == pytest.approx(1.1547 / 12, rel=2**-7)
+    assert per_rollout["q0/r1"] == pytest.approx(per_rollout["q0/r2"]) == pytest.approx(-0.57735 / 12, rel=2**-7)
 
 
 def test_rows_given_to_the_pipeline_are_left_as_they_were():
@@ -173,3 +179,62 @@ def test_nan_and_inf_rewards_are_refused_on_every_path(bad, rollout_level, estim
     assert_unchanged(batch, snap)  # refused before token_level_rewards or advantages were written
     with pytest.raises(ValueError, match="NaN or inf"):
         prepare_batch(batch, cfg)
+
+
+ID_KINDS = {
+    "object array": lambda ids: np.array(ids, dtype=object),
+    "str array": lambda ids: np.array(ids),
+    "list": list,
+    "tuple": tuple,
+    "Series": lambda ids: pd.Series(ids, index=np.arange(len(ids)) + 100),
+    "tuple ids": lambda ids: [tuple(i.split("/")) for i in ids],
+}
+
+
+@pytest.mark.parametrize("kind", list(ID_KINDS))
+def test_every_entry_point_takes_ids_of_any_sequence_type(kind):
+    def rows():
+        batch = example_rows()
+        batch.batch["is_drop_mask"][3] = True
+        for key in ("rollout_id_list", "data_id_list"):
+            batch.non_tensor_batch[key] = ID_KINDS[kind](batch.non_tensor_batch[key].tolist())
+        return batch
+
+    def reference():
+        batch = example_rows()
+        batch.batch["is_drop_mask"][3] = True
+        return batch
+
+    cfg = config("agentlightning.max_ppo_update_times=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1")
+    ours, ref = rows(), reference()
+    ids = ours.non_tensor_batch["rollout_id_list"]
+    mask = ref.batch["response_mask"]
+    torch.testing.assert_close(
+        normalize_advantages_by_rollout(mask.float(), mask, ids, num_trained_rows=5),
+        normalize_advantages_by_rollout(
+            mask.float(), mask, ref.non_tensor_batch["rollout_id_list"], num_trained_rows=5
+        ),
+    )
+    for fn in (
+        lambda b: prepare_batch(b, cfg, seed=1),
+        lambda b: select_rows(b, cfg, seed=1),
+        lambda b: apply_update_cap(b, mini_batch_size=5, seed=1),
+        lambda b: drop_marked_rows(b),
+        lambda b: compute_rollout_level_advantage(
+            with_rewards(b), adv_estimator="grpo", gamma=1.0, lam=1.0, num_repeat=3
+        ),
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", EmptyBatchWarning)
+            (got, metrics), (want, want_metrics) = fn(rows()), fn(reference())
+        assert metrics == want_metrics
+        for key in want.batch.keys():
+            torch.testing.assert_close(got.batch[key], want.batch[key], rtol=0, atol=0, msg=key)
+        assert list(got.non_tensor_batch["rollout_id_list"]) == list(
+            ID_KINDS[kind](list(want.non_tensor_batch["rollout_id_list"]))
+        )
+    assert same_reward_rows(rows()).tolist() == same_reward_rows(reference()).tolist()
+    assert rows_frame(rows())["rows_in_rollout"].tolist() == rows_frame(reference())["rows_in_rollout"].tolist()
+    weighting, _ = analyze_weighting(rows(), cfg, seed=1)
+    expected, _ = analyze_weighting(reference(), cfg, seed=1)
+    assert weighting.rollouts["weight"].tolist() == expected.rollouts["weight"].tolist()

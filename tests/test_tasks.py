@@ -6,6 +6,7 @@ import torch
 
 from agl_lab.config.compose import compose_config
 from agl_lab.config.lab_config import TASKS, LabConfig
+from agl_lab.config.task_rows import lock_row_lengths
 from agl_lab.core.aggregation import aggregate
 from agl_lab.training.policy import build_policy
 from agl_lab.training.rollout import SamplingParams, collect_rollouts
@@ -146,3 +147,20 @@ def test_rows_per_rollout_follow_the_rewrites_at_the_trajectory_level(rewrite_pr
         assert adapter["training/n_trace_merge_mismatch_rows"] == metrics["lab/context_rewrites"] > 0
     transition, _ = aggregate(rollouts, level="transition", max_prompt_length=64, max_response_length=64)
     assert len(transition) == sum(calls.values())
+
+
+@pytest.mark.parametrize("rewrite_prob", [0.0, 1.0])
+def test_the_longest_rows_are_what_the_config_doctor_assumes(rewrite_prob):
+    # agl_lab.config.task_rows sizes the short-run limits (rows are padded to them) from these bounds
+    rollouts, _ = rollouts_of(rewrite_prob=rewrite_prob, max_turns=3)
+    bounds = lock_row_lengths(max_turns=3, call_tokens=3)  # rollouts_of samples 3 tokens per call
+    for level in ("trajectory", "transition"):
+        rows, _ = aggregate(rollouts, level=level, max_prompt_length=999, max_response_length=999, pad_to="longest")
+        prompt, response = rows.batch["prompts"].shape[1], rows.batch["responses"].shape[1]
+        assert prompt <= bounds[f"{level}_prompt"] and response <= bounds[f"{level}_response"]
+        if level == "trajectory" and rewrite_prob == 0.0:  # every failing call merged into one row
+            assert response == bounds["trajectory_response"]
+        if level == "trajectory" and rewrite_prob == 1.0:  # the context rewritten after the second wrong guess
+            assert prompt == bounds["trajectory_prompt"]
+        if level == "transition" and rewrite_prob == 0.0:  # the last call sees the whole context
+            assert prompt == bounds["transition_prompt"] and response == bounds["transition_response"]

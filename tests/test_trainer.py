@@ -334,3 +334,16 @@ def test_the_run_uses_lab_cpu_threads_and_restores_torchs_setting(tmp_path):
         assert seen == [1, 1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_cispo_per_rollout_mean_trains_with_normalized_advantages(tmp_path):
+    # Agent Lightning 1.0.2's CISPO variant: the loss from verl's registry, the advantages normalized by rollout
+    cfg = tiny_cfg(tmp_path, "actor_rollout_ref.actor.policy_loss.loss_mode=cispo_per_rollout_mean")
+    result = train(cfg, progress=False)
+    assert list(result.history["step"]) == [1, 2]
+    for record in lines(result.run_dir / "metrics.jsonl"):
+        assert record["actor/pg_clipfrac_lower"] == 0.0  # no dual clip
+        assert record["critic/n_transition_after_dropping"] == record["training/n_sample_trained"]
+        # per_rollout_mean ÷ rows at ratio 1: the step's total weight is n_rollouts / n_rows
+        n_rows = record["training/rollout_level_advantage/n_rows"]
+        assert record["lab/loss_scale"] == pytest.approx(record["training/rollout_level_advantage/n_rollouts"] / n_rows)

@@ -32,9 +32,10 @@ from agl_lab.config.settings import (
     SETTINGS,
     estimator_choices,
 )
+from agl_lab.config.task_rows import row_limit_problem
 from agl_lab.config.tree import INTERPOLATION, leaves
 from agl_lab.core.aggregation import TRACE_LEVELS
-from agl_lab.core.loss import PER_ROLLOUT_MEAN_LOSS_MODE
+from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, PER_ROLLOUT_MEAN_LOSS_MODE
 
 __all__ = ["Finding", "diagnose", "findings_frame", "raise_for_errors", "settings_frame"]
 
@@ -58,6 +59,7 @@ def diagnose(cfg: DictConfig) -> list[Finding]:
     findings += value_findings(cfg, get)
     findings += _pair(get)
     findings += _algorithm(get)
+    findings += _task_rows(cfg)
     order = {"error": 0, "warning": 1, "note": 2}
     return sorted(findings, key=lambda f: order[f.level])
 
@@ -140,7 +142,7 @@ def _enums(get) -> list[Finding]:
 
 def _pair(get) -> list[Finding]:
     rollout_level = bool(get(PAIR_ADV))
-    per_rollout = get(LOSS_MODE) == PER_ROLLOUT_MEAN_LOSS_MODE
+    per_rollout = get(LOSS_MODE) in PER_ROLLOUT_LOSS_MODES  # per_rollout_mean or cispo_per_rollout_mean
     if rollout_level and not per_rollout:
         return [
             Finding(
@@ -156,8 +158,8 @@ def _pair(get) -> list[Finding]:
             Finding(
                 "warning",
                 PAIR_ADV,
-                "per_rollout_mean is on but rollout-level advantage is off: a rollout split into k rows sits k times "
-                "in its GRPO group and shifts the group's mean and std",
+                f"{get(LOSS_MODE)} is on but rollout-level advantage is off: a rollout split into k rows sits k "
+                "times in its GRPO group and shifts the group's mean and std",
                 f"set {PAIR_ADV}=true (or {LOSS_MODE}=vanilla for plain verl)",
             )
         ]
@@ -226,6 +228,11 @@ def _algorithm(get) -> list[Finding]:
             )
         )
     return findings
+
+
+def _task_rows(cfg: DictConfig) -> list[Finding]:
+    problem = row_limit_problem(cfg)
+    return [] if problem is None else [Finding("warning", "lab.max_turns", *problem)]
 
 
 def _getter(cfg: DictConfig):

@@ -22,7 +22,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from agl_lab.core import weights
-from agl_lab.core.loss import PER_ROLLOUT_MEAN_LOSS_MODE
+from agl_lab.core.loss import CISPO_PER_ROLLOUT_MEAN_LOSS_MODE, PER_ROLLOUT_MEAN_LOSS_MODE
 
 __all__ = [
     "AGG_LOSS_POLICY_LOSSES",
@@ -44,6 +44,8 @@ _VERL_CODE = "https://github.com/volcengine/verl/blob/v0.9.1/verl/trainer/ppo/co
 _VERL_GRPO = "https://verl.readthedocs.io/en/latest/algo/grpo.html"
 _VERL_DAPO = "https://verl.readthedocs.io/en/latest/algo/dapo.html"
 _AGL = "https://microsoft.github.io/agent-lightning/stable/4-trainer-configuration/"
+# agentlightning 1.0.2 (PyPI): agentlightning/verl/per_rollout_loss.py, compute_policy_loss_cispo_per_rollout_mean
+_AGL_CISPO = "https://pypi.org/project/agentlightning/1.0.2/"
 _TRL = "https://huggingface.co/docs/trl/main/en/grpo_trainer#loss-types"
 _SKYRL = "https://docs.skyrl.ai/docs/api-ref/skyrl/config"
 _AGL_LAB = "README.md#the-fields-normalizations"  # agl_lab's own definition
@@ -108,11 +110,13 @@ def _verl_loss(name: str, label: str, formula: str, scale: str, weight, line: in
     return LossMode(name, label, "verl policy loss", formula, scale, source, weight, settings=settings, **kw)
 
 
-def _per_rollout(divisor: str, label: str, formula: str, scale: str, weight) -> LossMode:
-    settings = {_LOSS_MODE_KEY: PER_ROLLOUT_MEAN_LOSS_MODE, _DIVISOR_KEY: divisor}
-    name = f"{PER_ROLLOUT_MEAN_LOSS_MODE}:{divisor}"
+def _per_rollout(
+    divisor: str, label: str, formula: str, scale: str, weight, *, loss_mode=PER_ROLLOUT_MEAN_LOSS_MODE, source=_AGL
+) -> LossMode:
+    settings = {_LOSS_MODE_KEY: loss_mode, _DIVISOR_KEY: divisor}
+    name = f"{loss_mode}:{divisor}"
     return LossMode(
-        name, label, "Agent Lightning", formula, scale, _AGL, weight, "equal", ("batch composition",), settings
+        name, label, "Agent Lightning", formula, scale, source, weight, "equal", ("batch composition",), settings
     )
 
 
@@ -130,6 +134,11 @@ LOSS_MODES: dict[str, LossMode] = {
                      weights.per_rollout_mean_rows),
         _per_rollout("rollouts", "per_rollout_mean ÷ rollouts (Eq. 16)", "w = 1 / (T · R)", "1",
                      weights.per_rollout_mean_rollouts),
+        # CISPO's per-token gradient is −sg(clip(ratio))·Â·∇log π on the same normalized advantages: at ratio 1 (a
+        # step's first update) it weighs as per_rollout_mean; off ratio 1 scaled by the clipped ratio, never zeroed.
+        _per_rollout("rows", "cispo_per_rollout_mean ÷ rows (Agent Lightning 1.0.2)", "w = 1 / (T · N) at ratio 1",
+                     "R / N", weights.per_rollout_mean_rows, loss_mode=CISPO_PER_ROLLOUT_MEAN_LOSS_MODE,
+                     source=_AGL_CISPO),
         _verl("token-mean", "w = 1 / N_b", "mini-batches", weights.token_mean, _VERL_DAPO,
               depends_on=(_COMPOSITION, _DP)),
         _verl("seq-mean-token-sum", "w = 1 / G", "tokens / G", weights.seq_mean_token_sum, f"{_VERL_CODE}#L1140"),

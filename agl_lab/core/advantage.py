@@ -18,7 +18,7 @@ from verl import DataProto
 from verl.trainer.ppo.core_algos import AdvantageEstimator
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from agl_lab.core.groups import RolloutGroups, group_key, group_rows, non_tensor_ids, uniform_groups
+from agl_lab.core.groups import RolloutGroups, as_arrays, group_key, group_rows, non_tensor_ids, uniform_groups
 from agl_lab.core.rows import require_finite_rows, require_matrix
 
 __all__ = ["compute_rollout_level_advantage", "rollout_level_metrics"]
@@ -89,16 +89,26 @@ def compute_rollout_level_advantage(
     _check_rollouts_consistent(rollouts, group_rows(uids, field=uid_key).codes, reward_sums)
 
     fields = None if adv_estimator == AdvantageEstimator.GDPO else _VERL_ADVANTAGE_FIELDS
-    rollout_batch = _collapse(batch, rollouts.first_rows, uid_key=uid_key, fields=fields)
-    rollout_batch = compute_advantage_fn(
-        rollout_batch,
-        adv_estimator=adv_estimator,
-        gamma=gamma,
-        lam=lam,
-        num_repeat=num_repeat,
-        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-        config=config,
-    )
+    estimator_kwargs = {
+        "adv_estimator": adv_estimator,
+        "gamma": gamma,
+        "lam": lam,
+        "num_repeat": num_repeat,
+        "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo,
+        "config": config,
+    }
+    try:
+        rollout_batch = compute_advantage_fn(
+            _collapse(batch, rollouts.first_rows, uid_key=uid_key, fields=fields), **estimator_kwargs
+        )
+    except KeyError:
+        if fields is None:
+            raise
+        # The estimator wants a field the batch lacks (GAE's values, say): run it on whole rows, so that verl's error
+        # lists the batch's own fields, as it does for Agent Lightning (or it finds a field outside the usual set).
+        rollout_batch = compute_advantage_fn(
+            _collapse(batch, rollouts.first_rows, uid_key=uid_key, fields=None), **estimator_kwargs
+        )
 
     # Extract everything before writing anything, so a refused estimator leaves ``batch`` untouched.
     collapsed_mask = rollout_batch.batch["response_mask"]  # (rollouts, R)
@@ -106,7 +116,8 @@ def compute_rollout_level_advantage(
     broadcast = {"advantages": _rollout_scalars(advantages, collapsed_mask, rollouts.ids, key="advantages")}
     if "returns" in rollout_batch.batch.keys():
         returns = require_matrix(rollout_batch, "returns", like=collapsed_mask)  # (rollouts, R)
-        # GRPO-style estimators return one tensor as both; it is checked and broadcast once, and shared, as verl does.
+        # GRPO-style estimators return one tensor as both; it is checked and broadcast once, then copied: Agent
+        # Lightning broadcasts returns separately, so they never share storage with the advantages it normalizes.
         shared = returns.data_ptr() == advantages.data_ptr() and returns.stride() == advantages.stride()
         broadcast["returns"] = (
             None if shared else _rollout_scalars(returns, collapsed_mask, rollouts.ids, key="returns")
@@ -117,7 +128,7 @@ def compute_rollout_level_advantage(
             row_scalars = scalars.to(response_mask.device)[codes].unsqueeze(-1)  # (rows, 1)
             broadcast[key] = response_mask.to(scalars.dtype).mul_(row_scalars)  # (rows, R)
     if "returns" in broadcast and broadcast["returns"] is None:
-        broadcast["returns"] = broadcast["advantages"]
+        broadcast["returns"] = broadcast["advantages"].clone()
 
     batch.batch.update(broadcast)
     if uid_key != "uid":
@@ -157,7 +168,7 @@ def _collapse(batch: DataProto, first_rows: np.ndarray, *, uid_key: str, fields:
     keys = [key for key in batch.batch.keys() if fields is None or key in fields]
     index = torch.from_numpy(first_rows)
     tensors = {key: torch.index_select(batch.batch[key], 0, index) for key in keys}  # faster than t[index]
-    non_tensors = {key: values[first_rows] for key, values in batch.non_tensor_batch.items()}
+    non_tensors = {key: values[first_rows] for key, values in as_arrays(batch.non_tensor_batch).items()}
     non_tensors["uid"] = non_tensors[uid_key]
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=dict(batch.meta_info))
 
@@ -169,12 +180,13 @@ def _rollout_scalars(values: torch.Tensor, mask: torch.Tensor, rollout_ids: np.n
     empty = ~valid.gather(1, first_col).squeeze(-1)  # (rollouts,): no trainable token at all
     first_value = values.gather(1, first_col)  # (rollouts, 1)
     # Outcome estimators write one exact value per row, so an exact comparison clears almost every row in one cheap
-    # pass; only rows with any difference get torch.allclose's test, max |v - first| <= atol + rtol·|first|.
+    # pass; only rows with any difference get Agent Lightning's test, torch.allclose against the first value (in
+    # the values' dtype; NaN is never close).
     varies = (values != first_value).logical_and_(valid).any(dim=-1)  # (rollouts,)
     if bool(varies.any()):
         rows = varies.nonzero().flatten()
-        deviation = torch.where(valid[rows], values[rows] - first_value[rows], 0.0).abs_().amax(dim=-1)
-        varies[rows] = ~(deviation <= 1e-8 + 1e-5 * first_value[rows].squeeze(-1).abs())  # NaN fails, as in allclose
+        close = torch.isclose(values[rows], first_value[rows].expand(-1, values.shape[-1]))  # (varied, R)
+        varies[rows] = ~(close | ~valid[rows]).all(dim=-1)
     bad = (empty | varies).nonzero().flatten()
     if len(bad):
         first = int(bad[0])

@@ -10,12 +10,16 @@ mismatch*) and starts a new one from its full prompt. So one rollout becomes one
 continues the last, and several rows when the agent's context is rewritten — the multi-row rollouts
 the three per-rollout settings exist for.
 
-Limits: a response over ``max_response_length`` keeps its first tokens (``training/n_truncated_sample``);
-a prompt over ``max_prompt_length`` keeps its first tokens and the row is flagged ``is_drop_mask``
-(removed by the trainer, ``training/n_sample_dropped/marked``); a row with no trainable token is skipped
-(``training/n_skipped_empty_rows``). Every row carries its rollout's reward on its last response token.
-Rows are padded to the longest prompt/response in the batch (at most the limits) rather than to the
-limits themselves: the masks are the same and a CPU lab does not pay for 8,192 columns of padding.
+Rollouts are taken in ``(step, sample_idx_in_step)`` order (a stable sort: the rollouts of one dataset item keep
+their order), rows in call order within a rollout. Limits: a prompt over ``max_prompt_length`` keeps its first
+tokens and the row is flagged ``is_drop_mask`` (removed by the trainer, ``training/n_sample_dropped/marked``); a
+response over ``max_response_length`` — or over ``max_total_length`` minus the (cut) prompt, Agent Lightning
+1.0.2's ``trajectory_max_total_length`` — keeps its first tokens (``training/n_truncated_sample``); a row with no
+trainable token is skipped (``training/n_skipped_empty_rows``). Every row carries its rollout's reward (bf16) on
+its last response token, and is padded to exactly ``max_prompt_length`` + ``max_response_length`` tokens, as
+Agent Lightning pads (so verl's ``*/clip_ratio`` metrics agree; the short-run preset keeps the limits small).
+``pad_to="longest"`` pads to the longest row instead, for study batches whose limits are far above their rows
+(the synthetic generator: 10k rows × 10,240 columns would not fit in memory); masks and weights are the same.
 Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
 """
 
@@ -32,10 +36,12 @@ from verl import DataProto
 
 from agl_lab.core.rows import build_rows
 
-__all__ = ["TRACE_LEVELS", "LLMCall", "Rollout", "aggregate", "aggregation_limits"]
+__all__ = ["MISMATCH_LIMIT", "TRACE_LEVELS", "LLMCall", "Rollout", "aggregate", "aggregation_limits"]
 
 TRACE_LEVELS = ("transition", "trajectory")
 Level = Literal["transition", "trajectory"]
+# Agent Lightning records (and counts in training/n_trace_merge_mismatch_rows) at most this many merge mismatches.
+MISMATCH_LIMIT = 100
 
 
 @dataclass(frozen=True)
@@ -49,12 +55,18 @@ class LLMCall:
 
 @dataclass(frozen=True)
 class Rollout:
-    """One agent episode on one dataset item: its calls in order and its final reward (None: none was given)."""
+    """One agent episode on one dataset item: its calls in order and its final reward (None: none was given).
+
+    ``step`` and ``sample_idx_in_step`` (the dataset item's index in its step) order the rollouts as Agent
+    Lightning's store does; rollouts with equal keys keep their input order.
+    """
 
     rollout_id: Any
     data_id: Any
     calls: Sequence[LLMCall] = field(default_factory=tuple)
     reward: float | None = None
+    step: int = 0
+    sample_idx_in_step: int = 0
 
 
 @dataclass
@@ -70,18 +82,25 @@ class _Row:
 def aggregation_limits(cfg: DictConfig) -> dict[str, Any]:
     """The aggregator's settings from a composed config, read as Agent Lightning's trainer reads them.
 
-    The trajectory level uses ``agentlightning.trace_aggregator.trajectory_max_{prompt,response}_length``;
-    the transition level verl's ``data.max_prompt_length`` / ``data.max_response_length``.
+    ``agentlightning.trace_aggregator.level`` defaults to ``transition`` when absent. At a level starting with
+    ``trajectory``: ``trajectory_max_{prompt,response}_length`` (each falling back to ``data.max_*`` when the key
+    is absent) and ``trajectory_max_total_length`` (none when absent); otherwise ``data.max_*`` and no total limit.
     """
     aggregator = cfg.agentlightning.trace_aggregator
-    level = aggregator.level
+    level = aggregator.get("level", "transition")
     trajectory = str(level).startswith("trajectory")
+    data = cfg.data
+    if not trajectory:
+        prompt, response, total = data.max_prompt_length, data.max_response_length, None
+    else:
+        prompt = aggregator.get("trajectory_max_prompt_length", data.max_prompt_length)
+        response = aggregator.get("trajectory_max_response_length", data.max_response_length)
+        total = aggregator.get("trajectory_max_total_length")
     return {
         "level": level,
-        "max_prompt_length": aggregator.trajectory_max_prompt_length if trajectory else cfg.data.max_prompt_length,
-        "max_response_length": (
-            aggregator.trajectory_max_response_length if trajectory else cfg.data.max_response_length
-        ),
+        "max_prompt_length": prompt,
+        "max_response_length": response,
+        "max_total_length": total,
         "reward_fillna_value": cfg.agentlightning.reward_fillna_value,
     }
 
@@ -92,21 +111,32 @@ def aggregate(
     level: Level,
     max_prompt_length: int,
     max_response_length: int,
+    max_total_length: int | None = None,
     reward_fillna_value: float = 0.0,
     pad_token_id: int = 0,
+    pad_to: Literal["limits", "longest"] = "limits",
 ) -> tuple[DataProto, dict[str, Any]]:
     """Turn rollouts into verl rows and Agent Lightning's adapter metrics.
 
-    Rows hold ``prompts``, ``responses``, ``input_ids``, ``attention_mask``, ``position_ids``, ``response_mask``,
-    ``is_drop_mask``, ``token_level_scores`` (and ``rollout_log_probs`` when every row has them), and the
-    non-tensor ``data_id_list``, ``rollout_id_list`` (and ``turn_index_list`` at the transition level).
+    Rows hold ``prompts`` (rows, P), ``responses`` (rows, R), ``input_ids``, ``attention_mask``, ``position_ids``
+    (rows, P + R), ``response_mask``, ``is_drop_mask``, ``token_level_scores`` (bf16; and ``rollout_log_probs``
+    when every row has them), with P = ``max_prompt_length`` and R = ``max_response_length`` (the longest row's
+    with ``pad_to="longest"``), and the non-tensor ``data_id_list``, ``rollout_id_list`` (and ``turn_index_list``
+    at the transition level).
     """
     if level not in TRACE_LEVELS:
         raise ValueError(f"Unknown trace_aggregator_level: {level}")
+    if pad_to not in ("limits", "longest"):
+        raise ValueError(f"pad_to must be 'limits' (Agent Lightning's) or 'longest', got {pad_to!r}")
     for name, value in (("max_prompt_length", max_prompt_length), ("max_response_length", max_response_length)):
-        if not isinstance(value, int | np.integer) or value < 1:
+        if not _is_count(value) or value < 1:
             raise ValueError(f"{name} must be a positive number of tokens, got {value!r}")
+    if max_total_length is not None and (not _is_count(max_total_length) or max_total_length < 0):
+        raise ValueError(
+            f"max_total_length must be null (no limit) or a number of tokens >= 0, got {max_total_length!r}"
+        )
 
+    rollouts = sorted(rollouts, key=lambda r: (r.step, r.sample_idx_in_step))  # stable: ties keep their order
     candidates: list[_Row] = []
     turn_lengths: list[int] = []
     n_mismatch = n_unmerged = n_with_reward = n_with_trace = 0
@@ -125,7 +155,8 @@ def aggregate(
             n_unmerged += len(rows) > 1
         candidates.extend(rows)
 
-    kept, n_truncated, n_empty = _apply_limits(candidates, max_prompt_length, max_response_length)
+    limits = (max_prompt_length, max_response_length, max_total_length)
+    kept, n_truncated, n_empty = _apply_limits(candidates, *limits)
     if not kept:
         raise RuntimeError("get_train_data_batch emitted zero training rows.")
     with_log_probs = [row.log_probs is not None for row, _ in kept]
@@ -143,6 +174,8 @@ def aggregate(
         turn_indices=[row.turn for row, _ in kept] if level == "transition" else None,
         rollout_log_probs=[row.log_probs for row, _ in kept] if all(with_log_probs) else None,
         pad_token_id=pad_token_id,
+        prompt_width=int(max_prompt_length) if pad_to == "limits" else None,
+        response_width=int(max_response_length) if pad_to == "limits" else None,
     )
     metrics: dict[str, Any] = {
         "training/reward": float(np.mean(rewards)) if rewards else 0.0,
@@ -159,7 +192,7 @@ def aggregate(
     }
     if level == "trajectory":
         metrics["training/n_unmerged_rollouts"] = n_unmerged
-        metrics["training/n_trace_merge_mismatch_rows"] = n_mismatch
+        metrics["training/n_trace_merge_mismatch_rows"] = min(n_mismatch, MISMATCH_LIMIT)
     return batch, metrics
 
 
@@ -171,7 +204,7 @@ def _row(rollout: Rollout, turn: int, call: LLMCall) -> _Row:
         prompt=_ids(call.prompt_ids, rollout, turn, "prompt_ids"),
         response=response,
         mask=[1] * len(response),
-        log_probs=_log_probs(call, len(response)),
+        log_probs=None if call.log_probs is None else [float(x) for x in call.log_probs],
     )
 
 
@@ -187,10 +220,10 @@ def _merge(rollout: Rollout) -> tuple[list[_Row], int]:
             observation = nxt.prompt[len(context) :]  # tool output / template text: context, not trainable
             current.response += observation + nxt.response
             current.mask += [0] * len(observation) + nxt.mask
-            if current.log_probs is not None and nxt.log_probs is not None:
-                current.log_probs += [0.0] * len(observation) + nxt.log_probs
-            else:
-                current.log_probs = None
+            if current.log_probs is not None:
+                # a call without log-probs (or with the wrong count) leaves the whole row without them
+                usable = nxt.log_probs is not None and len(nxt.log_probs) == len(nxt.response)
+                current.log_probs = current.log_probs + [0.0] * len(observation) + nxt.log_probs if usable else None
         else:
             mismatches += 1
             rows.append(nxt)
@@ -198,18 +231,23 @@ def _merge(rollout: Rollout) -> tuple[list[_Row], int]:
     return rows, mismatches
 
 
-def _apply_limits(rows: list[_Row], max_prompt: int, max_response: int) -> tuple[list[tuple[_Row, bool]], int, int]:
+def _apply_limits(
+    rows: list[_Row], max_prompt: int, max_response: int, max_total: int | None
+) -> tuple[list[tuple[_Row, bool]], int, int]:
     kept: list[tuple[_Row, bool]] = []
     n_truncated = n_empty = 0
     for row in rows:
         drop = len(row.prompt) > max_prompt
         if drop:
             row.prompt = row.prompt[:max_prompt]
-        if len(row.response) > max_response:
-            row.response, row.mask = row.response[:max_response], row.mask[:max_response]
+        limit = max_response if max_total is None else min(max_response, max(max_total - len(row.prompt), 0))
+        if len(row.response) > limit:
+            row.response, row.mask = row.response[:limit], row.mask[:limit]
             if row.log_probs is not None:
-                row.log_probs = row.log_probs[:max_response]
+                row.log_probs = row.log_probs[:limit]
             n_truncated += 1
+        if row.log_probs is not None and len(row.log_probs) != len(row.response):
+            row.log_probs = None  # the wrong count of log-probs makes them unusable, as in Agent Lightning
         if sum(row.mask) == 0:
             n_empty += 1
             continue
@@ -225,12 +263,6 @@ def _ids(values: Sequence[int], rollout: Rollout, turn: int, name: str) -> list[
     return ids.tolist()
 
 
-def _log_probs(call: LLMCall, n: int) -> list[float] | None:
-    if call.log_probs is None or len(call.log_probs) != n:
-        return None  # a length mismatch makes them unusable, as in Agent Lightning
-    return [float(x) for x in call.log_probs]
-
-
 def _reward(rollout: Rollout, fillna: float) -> float:
     if rollout.reward is None:
         return float(fillna)
@@ -238,3 +270,7 @@ def _reward(rollout: Rollout, fillna: float) -> float:
     if not np.isfinite(reward):
         raise ValueError(f"rollout {rollout.rollout_id!r} has reward {reward}: use None for a missing reward")
     return reward
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)

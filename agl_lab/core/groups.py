@@ -23,6 +23,7 @@ __all__ = [
     "GROUP_KEYS",
     "RolloutGroups",
     "as_ids",
+    "as_arrays",
     "group_key",
     "group_rows",
     "non_tensor_ids",
@@ -41,7 +42,7 @@ class RolloutGroups:
     codes: np.ndarray  # (rows,) int64: group index of each row
     first_rows: np.ndarray  # (groups,) int64: index of each group's first row
     sizes: np.ndarray  # (groups,) int64: rows per group
-    ids: np.ndarray  # (groups,) object: the id of each group
+    ids: np.ndarray  # (groups,): the id of each group, its first row's element
 
     @property
     def n_groups(self) -> int:
@@ -68,6 +69,17 @@ def as_ids(values: Any, *, field: str) -> np.ndarray:
     return out
 
 
+def as_arrays(non_tensor_batch: dict[str, Any]) -> dict[str, np.ndarray]:
+    """A copy of a ``non_tensor_batch`` whose columns are all numpy arrays (lists, tuples, Series converted).
+
+    verl indexes every column with an array of rows, which a list cannot take; numpy columns pass as they are.
+    """
+    return {
+        key: values if isinstance(values, np.ndarray) else as_ids(values, field=f"non_tensor_batch[{key!r}]")
+        for key, values in non_tensor_batch.items()
+    }
+
+
 def group_rows(ids: Any, *, field: str) -> RolloutGroups:
     """Group rows by ``ids`` without a Python loop over rows.
 
@@ -87,8 +99,11 @@ def group_rows(ids: Any, *, field: str) -> RolloutGroups:
     codes = codes.astype(np.int64, copy=False)
     # factorize numbers groups by first appearance, so each group's first row is where its code first occurs.
     _, first_rows = np.unique(codes, return_index=True)
+    first_rows = first_rows.astype(np.int64)
     sizes = np.bincount(codes, minlength=len(uniques)).astype(np.int64)
-    return RolloutGroups(codes=codes, first_rows=first_rows.astype(np.int64), sizes=sizes, ids=np.asarray(uniques))
+    # Each group's id is its first row's own element (np.str_ from a '<U' array, as a dict keyed by the ids would
+    # keep it), so messages print ids exactly as Agent Lightning's do.
+    return RolloutGroups(codes=codes, first_rows=first_rows, sizes=sizes, ids=ids[first_rows])
 
 
 def uniform_groups(groups: RolloutGroups, values: torch.Tensor) -> np.ndarray:

@@ -1,6 +1,6 @@
-"""The ``per_rollout_mean`` policy loss: every rollout weighs the same, however many rows it became.
+"""The ``per_rollout_mean`` policy losses: every rollout weighs the same, however many rows it became.
 
-Two halves, as in Agent Lightning v1.0:
+Two halves, as in Agent Lightning (v1.0, and 1.0.2's CISPO variant):
 
 1. ``normalize_advantages_by_rollout`` (trainer side, once per step) divides each row's advantage by
    its rollout's trainable-token count times a batch-level count, so a rollout's advantage mass
@@ -10,9 +10,13 @@ Two halves, as in Agent Lightning v1.0:
    ``divisor="rollouts"`` (the technical report's Eq. 16) uses the number of distinct rollouts, so every
    rollout carries exactly 1/R and the total is 1.
 2. ``compute_policy_loss_per_rollout_mean`` (actor side, per micro-batch) is the clipped PPO loss on
-   those pre-normalized advantages, **summed** over tokens (a mean would normalize twice). It is
-   registered in verl's policy-loss registry as ``per_rollout_mean`` on ``import agl_lab``; Ray workers
-   get it through :func:`ray_runtime_env`.
+   those pre-normalized advantages, **summed** over tokens (a mean would normalize twice), × ``dp_size``.
+   ``compute_policy_loss_cispo_per_rollout_mean`` (Agent Lightning 1.0.2) is CISPO on the same advantages:
+   the per-token term ``−sg(clip(ratio, 1 − ε_low, 1 + ε_high))·A·log π`` keeps every token's gradient
+   (scaled by the detached, clipped ratio) instead of zeroing clipped ones; no dual clip. Both are
+   registered in verl's policy-loss registry (``per_rollout_mean``, ``cispo_per_rollout_mean``) on
+   ``import agl_lab``; Ray workers get them through :func:`ray_runtime_env`. The trainer normalizes the
+   advantages for both modes (:data:`PER_ROLLOUT_LOSS_MODES`).
 
 Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
 """
@@ -29,8 +33,11 @@ from verl.trainer.ppo import core_algos
 from agl_lab.core.groups import group_rows
 
 __all__ = [
+    "CISPO_PER_ROLLOUT_MEAN_LOSS_MODE",
     "DIVISORS",
+    "PER_ROLLOUT_LOSS_MODES",
     "PER_ROLLOUT_MEAN_LOSS_MODE",
+    "compute_policy_loss_cispo_per_rollout_mean",
     "compute_policy_loss_per_rollout_mean",
     "normalize_advantages_by_rollout",
     "ray_runtime_env",
@@ -38,6 +45,9 @@ __all__ = [
 ]
 
 PER_ROLLOUT_MEAN_LOSS_MODE = "per_rollout_mean"
+CISPO_PER_ROLLOUT_MEAN_LOSS_MODE = "cispo_per_rollout_mean"
+# The loss modes whose advantages the trainer divides by rollout (Agent Lightning 1.0.2 normalizes for both).
+PER_ROLLOUT_LOSS_MODES: tuple[str, ...] = (PER_ROLLOUT_MEAN_LOSS_MODE, CISPO_PER_ROLLOUT_MEAN_LOSS_MODE)
 
 Divisor = Literal["rows", "rollouts"]
 DIVISORS: tuple[str, ...] = ("rows", "rollouts")  # rows: Agent Lightning v1.0; rollouts: Eq. 16
@@ -53,8 +63,11 @@ def normalize_advantages_by_rollout(
 ) -> torch.Tensor:
     """Divide each row's advantages by (its rollout's trainable tokens) × (rows or rollouts in the batch).
 
-    ``advantages``/``response_mask``: (rows, R). ``rollout_ids``: one id per row. ``num_trained_rows``: the
-    row count after drops (v1.0 divisor). The divisor is floored at 1. Returns a new (rows, R) tensor.
+    ``advantages``/``response_mask``: (rows, R). ``rollout_ids``: one id per row (list, tuple, array, Series).
+    ``num_trained_rows``: the row count after drops (v1.0 divisor). The divisor is floored at 1. Returns a new
+    (rows, R) tensor in the advantages' dtype, rounded as Agent Lightning rounds it: each row's token count is
+    cast to that dtype first (bf16 counts 257 tokens as 256), the counts are summed per rollout and multiplied
+    in float64, and the divisor is rounded to the dtype once.
     """
     if rollout_ids is None:
         raise RuntimeError("per_rollout_mean loss requires rollout_id_list")
@@ -70,11 +83,11 @@ def normalize_advantages_by_rollout(
         )
     rollouts = group_rows(rollout_ids, field="rollout_id_list")
     codes = torch.from_numpy(rollouts.codes).to(advantages.device)  # (rows,)
-    row_tokens = response_mask.sum(dim=-1).to(advantages.dtype)  # (rows,)
-    rollout_tokens = torch.zeros(rollouts.n_groups, dtype=advantages.dtype, device=advantages.device)
+    row_tokens = response_mask.sum(dim=-1).to(advantages.dtype).double()  # (rows,)
+    rollout_tokens = torch.zeros(rollouts.n_groups, dtype=torch.float64, device=advantages.device)
     rollout_tokens.index_add_(0, codes, row_tokens)  # (rollouts,)
     count = num_trained_rows if divisor == "rows" else rollouts.n_groups
-    row_divisors = (rollout_tokens[codes] * count).clamp_min(1.0)  # (rows,)
+    row_divisors = (rollout_tokens[codes] * count).to(advantages.dtype).clamp_min(1.0)  # (rows,)
     return advantages / row_divisors.unsqueeze(-1)
 
 
@@ -93,17 +106,10 @@ def compute_policy_loss_per_rollout_mean(
     ``actor_rollout_ref.actor`` DictConfig). ``loss_agg_mode`` is accepted for the registry's signature and
     ignored: the normalization already happened in :func:`normalize_advantages_by_rollout`.
     """
-    if config is None:
-        raise ValueError(
-            "per_rollout_mean loss requires the actor config (clip_ratio, clip_ratio_c, ...): "
-            "pass config=actor_rollout_ref.actor"
-        )
-    clip_ratio = config.clip_ratio
-    clip_ratio_low = _fallback(config.get("clip_ratio_low", None), clip_ratio)
-    clip_ratio_high = _fallback(config.get("clip_ratio_high", None), clip_ratio)
+    clip_ratio_low, clip_ratio_high = _clip_range(config, PER_ROLLOUT_MEAN_LOSS_MODE)
     clip_ratio_c = config.get("clip_ratio_c", 3.0)
     if not clip_ratio_c > 1.0:
-        raise RuntimeError(f"clip_ratio_c must be greater than 1.0, got {clip_ratio_c}")
+        raise AssertionError(f"clip_ratio_c must be greater than 1.0, got {clip_ratio_c}")
 
     negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)  # (rows, R)
     ratio = torch.exp(negative_approx_kl)  # (rows, R)
@@ -123,45 +129,95 @@ def compute_policy_loss_per_rollout_mean(
     pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)  # (rows, R)
     if rollout_is_weights is not None:
         pg_losses = pg_losses * rollout_is_weights
-
-    # Data-parallel ranks average gradients; multiplying by dp_size keeps the global sum.
-    global_batch_info = config.get("global_batch_info", None) or {}
-    dp_size = global_batch_info.get("dp_size", 1) or 1
-    pg_loss = verl_F.masked_sum(pg_losses, response_mask) * dp_size
     metrics = {
         "actor/pg_clipfrac": pg_clipfrac.detach().item(),
         "actor/ppo_kl": ppo_kl.detach().item(),
         "actor/pg_clipfrac_lower": pg_clipfrac_lower.detach().item(),
     }
-    return pg_loss, metrics
+    return _summed(pg_losses, response_mask, config), metrics
+
+
+def compute_policy_loss_cispo_per_rollout_mean(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """CISPO on rollout-normalized advantages (Agent Lightning 1.0.2), summed over tokens × dp_size.
+
+    Per token ``−sg(clip(ratio, 1 − clip_ratio_low, 1 + clip_ratio_high)) · A · log π``: the gradient w.r.t.
+    ``log π`` is ``−clip(ratio)·A``, so a clipped token still learns, scaled by its clipped ratio; no dual clip
+    (``clip_ratio_c`` is not read). Same signature and config as :func:`compute_policy_loss_per_rollout_mean`.
+    """
+    clip_ratio_low, clip_ratio_high = _clip_range(config, CISPO_PER_ROLLOUT_MEAN_LOSS_MODE)
+    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)  # (rows, R)
+    ratio = torch.exp(negative_approx_kl)  # (rows, R)
+    ppo_kl = verl_F.masked_mean(-negative_approx_kl, response_mask)
+
+    clipped_ratio = torch.clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)  # (rows, R)
+    # The weight is detached: no gradient flows through the ratio, only through log π.
+    pg_losses = -clipped_ratio.detach() * advantages * log_prob  # (rows, R)
+    pg_clipfrac = verl_F.masked_mean((ratio != clipped_ratio).float(), response_mask)
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+    metrics = {
+        "actor/pg_clipfrac": pg_clipfrac.detach().item(),
+        "actor/ppo_kl": ppo_kl.detach().item(),
+        "actor/pg_clipfrac_lower": 0.0,  # no dual clip
+    }
+    return _summed(pg_losses, response_mask, config), metrics
+
+
+# name -> function: what import agl_lab (and every Ray worker) registers in verl's policy-loss registry
+_LOSSES = {
+    PER_ROLLOUT_MEAN_LOSS_MODE: compute_policy_loss_per_rollout_mean,
+    CISPO_PER_ROLLOUT_MEAN_LOSS_MODE: compute_policy_loss_cispo_per_rollout_mean,
+}
 
 
 def register_in_worker() -> None:
-    """Register ``per_rollout_mean`` in this process's verl registry (idempotent).
+    """Register ``per_rollout_mean`` and ``cispo_per_rollout_mean`` in this process's verl registry (idempotent).
 
     Called on ``import agl_lab`` and, as Ray's ``worker_process_setup_hook``, in every Ray worker, because a
-    worker that unpickles only verl objects never imports agl_lab by itself.
+    worker that unpickles only verl objects never imports agl_lab by itself. A name another package already
+    registered (Agent Lightning itself, say) keeps that registration, with a warning.
     """
-    existing = core_algos.POLICY_LOSS_REGISTRY.get(PER_ROLLOUT_MEAN_LOSS_MODE)
-    if existing is None:
-        core_algos.register_policy_loss(PER_ROLLOUT_MEAN_LOSS_MODE)(compute_policy_loss_per_rollout_mean)
-    elif _qualname(existing) != _qualname(compute_policy_loss_per_rollout_mean):
-        warnings.warn(
-            f"verl's policy-loss registry already maps {PER_ROLLOUT_MEAN_LOSS_MODE!r} to {_qualname(existing)}; "
-            "agl_lab leaves that registration in place",
-            stacklevel=2,
-        )
+    for name, fn in _LOSSES.items():
+        existing = core_algos.POLICY_LOSS_REGISTRY.get(name)
+        if existing is None:
+            core_algos.register_policy_loss(name)(fn)
+        elif _qualname(existing) != _qualname(fn):
+            warnings.warn(
+                f"verl's policy-loss registry already maps {name!r} to {_qualname(existing)}; "
+                "agl_lab leaves that registration in place",
+                stacklevel=2,
+            )
 
 
 def ray_runtime_env(base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A Ray ``runtime_env`` whose workers register ``per_rollout_mean`` before running any task."""
+    """A Ray ``runtime_env`` whose workers register agl_lab's losses before running any task."""
     env = dict(base or {})
     env["worker_process_setup_hook"] = f"{__name__}.register_in_worker"
     return env
 
 
-def _fallback(value: float | None, default: float) -> float:
-    return default if value is None else value
+def _clip_range(config: Any, mode: str) -> tuple[float, float]:
+    """(clip_ratio_low, clip_ratio_high) from the actor config, each falling back to ``clip_ratio``."""
+    if config is None:  # Agent Lightning asserts this; raised explicitly here so that python -O keeps the check
+        raise AssertionError(f"{mode} loss requires the actor config")
+    clip_ratio = config.clip_ratio
+    low, high = getattr(config, "clip_ratio_low", None), getattr(config, "clip_ratio_high", None)
+    return (clip_ratio if low is None else low), (clip_ratio if high is None else high)
+
+
+def _summed(pg_losses: torch.Tensor, response_mask: torch.Tensor, config: Any) -> torch.Tensor:
+    # Data-parallel ranks average gradients; multiplying by dp_size keeps the global sum.
+    global_batch_info = getattr(config, "global_batch_info", None)
+    dp_size = global_batch_info.get("dp_size", 1) if global_batch_info else 1
+    return verl_F.masked_sum(pg_losses, response_mask) * (dp_size or 1)
 
 
 def _qualname(fn: Any) -> str:

@@ -5,7 +5,8 @@
    — here the trainer computes old log-probs (the lab trainer does; this module does not) —
 3. ``token_level_rewards`` = scores (or scores − β·KL with ``algorithm.use_kl_in_reward``)
 4. advantage: rollout-level (``algorithm.enable_rollout_level_advantage``) or verl's ``compute_advantage``
-5. ``per_rollout_mean``: advantages divided by rollout tokens × rows (or × rollouts, ``lab.per_rollout_divisor``)
+5. ``per_rollout_mean`` / ``cispo_per_rollout_mean``: advantages divided by rollout tokens × rows (or × rollouts,
+   ``lab.per_rollout_divisor``)
 
 :func:`select_rows` is steps 1–2, :func:`compute_advantages` steps 3–5 and :func:`prepare_batch` both;
 the weighting lab, ``agl-lab check`` and the short-run trainer all go through them.
@@ -25,11 +26,12 @@ from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.metric_utils import compute_data_metrics
 from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage, compute_response_mask
+from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 
 from agl_lab.core.advantage import compute_rollout_level_advantage
-from agl_lab.core.groups import group_rows, non_tensor_ids, uniform_groups
-from agl_lab.core.loss import PER_ROLLOUT_MEAN_LOSS_MODE, normalize_advantages_by_rollout
-from agl_lab.core.rows import require_finite_rows
+from agl_lab.core.groups import as_arrays, group_rows
+from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, normalize_advantages_by_rollout
+from agl_lab.core.rows import require_finite_rows, require_matrix
 from agl_lab.core.update_cap import EmptyBatchWarning, marked_rows_kept, plan_update_cap
 
 __all__ = [
@@ -85,6 +87,7 @@ def plan_selection(rows: DataProto, cfg: DictConfig, *, seed: int | None = None)
         raise NotImplementedError("REMAX baseline not yet supported in AgentLightningRayPPOTrainer")
     seed = int(cfg.lab.seed) if seed is None else seed
     batch = _shallow_copy(rows)
+    batch.meta_info["temperature"] = cfg.actor_rollout_ref.rollout.temperature
     if "data_id_list" in batch.non_tensor_batch:
         batch.non_tensor_batch["uid"] = batch.non_tensor_batch["data_id_list"]
     else:  # Agent Lightning gives every row its own group then
@@ -94,6 +97,11 @@ def plan_selection(rows: DataProto, cfg: DictConfig, *, seed: int | None = None)
         )
     if "response_mask" not in batch.batch.keys():
         batch.batch["response_mask"] = compute_response_mask(batch)
+    if "token_level_scores" not in batch.batch.keys():
+        raise AssertionError("rollout bridge must populate token_level_scores")
+    require_matrix(batch, "token_level_scores", floating=True, finite=True)  # a NaN reward would poison its group
+    if "attention_mask" in batch.batch.keys():  # the tokens of every collected row, as Agent Lightning records them
+        batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
 
     n = len(batch)
     survivors, metrics = marked_rows_kept(batch)  # (survivors,)
@@ -139,6 +147,7 @@ def compute_advantages(
         metrics.update(kl_metrics)
     else:
         batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+    metrics.update(_rollout_correction(batch, algorithm))
 
     adv_kwargs = advantage_kwargs(cfg)
     if algorithm.enable_rollout_level_advantage:
@@ -148,9 +157,10 @@ def compute_advantages(
         batch = compute_advantage(batch, **adv_kwargs)
 
     metrics.update(_group_metrics(batch))
+    metrics["critic/n_transition_after_dropping"] = len(batch)
     metrics.update(compute_data_metrics(batch=batch, use_critic=False))
 
-    if cfg.actor_rollout_ref.actor.policy_loss.loss_mode == PER_ROLLOUT_MEAN_LOSS_MODE:
+    if cfg.actor_rollout_ref.actor.policy_loss.get("loss_mode", "vanilla") in PER_ROLLOUT_LOSS_MODES:
         rollout_ids = batch.non_tensor_batch.get("rollout_id_list")
         if rollout_ids is None:
             raise RuntimeError("per_rollout_mean loss requires rollout_id_list")
@@ -189,18 +199,45 @@ def prepare_batch(rows: DataProto, cfg: DictConfig, *, seed: int | None = None) 
     return batch, {**metrics, **adv_metrics}
 
 
+def _rollout_correction(batch: DataProto, algorithm: DictConfig) -> dict[str, Any]:
+    """verl's rollout correction (IS weights, rejection mask) where Agent Lightning applies it, with its metrics.
+
+    It runs when ``algorithm.rollout_correction`` is set (verl's default is), bypass mode is off and the rows carry
+    ``rollout_log_probs``; it needs ``old_log_probs`` (the trainer computed them), so a batch without them (the
+    weighting analysis of a dumped batch) skips it. Bypass mode is not the lab's (see docs/differences.md).
+    """
+    keys = batch.batch.keys()
+    if "rollout_log_probs" not in keys or "old_log_probs" not in keys:  # first: config reads cost more
+        return {}
+    config = algorithm.get("rollout_correction", None)
+    if config is None or config.get("bypass_mode", False):
+        return {}
+    corrected, metrics = compute_rollout_correction_and_add_to_batch(batch, config)
+    batch.batch.update(corrected.batch)
+    return metrics
+
+
 def _group_metrics(batch: DataProto) -> dict[str, int]:
-    """GRPO groups in the trained batch and how many have one reward throughout (zero advantage)."""
-    groups = group_rows(non_tensor_ids(batch, "uid"), field="uid")
-    scores = batch.batch["token_level_scores"].sum(dim=-1).float()  # (rows,)
-    return {
-        "training/n_groups": groups.n_groups,
-        "training/n_zero_adv_groups": int(uniform_groups(groups, scores).sum()),
-    }
+    """GRPO groups in the trained batch and how many have one reward throughout (zero advantage).
+
+    Counted as Agent Lightning counts them: a group's max − min of the float32 reward sums is exactly 0.
+    """
+    uids = batch.non_tensor_batch.get("uid")
+    if uids is None or "token_level_scores" not in batch.batch.keys():
+        return {}
+    groups = group_rows(uids, field="uid")
+    scores = batch.batch["token_level_scores"].sum(dim=-1).detach().float().cpu()  # (rows,)
+    codes = torch.from_numpy(groups.codes)  # (rows,)
+    high = torch.full((groups.n_groups,), -torch.inf).scatter_reduce(0, codes, scores, "amax")  # (groups,)
+    low = torch.full((groups.n_groups,), torch.inf).scatter_reduce(0, codes, scores, "amin")  # (groups,)
+    return {"training/n_groups": groups.n_groups, "training/n_zero_adv_groups": int((high - low == 0).sum())}
 
 
 def _shallow_copy(rows: DataProto) -> DataProto:
-    """A DataProto sharing the tensors of ``rows``, so adding or replacing fields leaves ``rows`` as it was."""
+    """A DataProto sharing the tensors of ``rows``, so adding or replacing fields leaves ``rows`` as it was.
+
+    Non-tensor columns given as lists, tuples or Series become numpy arrays, which verl's row indexing needs.
+    """
     return DataProto(
-        batch=rows.batch.copy(), non_tensor_batch=dict(rows.non_tensor_batch), meta_info=dict(rows.meta_info)
+        batch=rows.batch.copy(), non_tensor_batch=as_arrays(rows.non_tensor_batch), meta_info=dict(rows.meta_info)
     )

@@ -91,14 +91,17 @@ def build_rows(
     pad_token_id: int = 0,
     prompt_width: int | None = None,
     response_width: int | None = None,
+    score_dtype: torch.dtype = torch.bfloat16,
 ) -> DataProto:
     """Pad token lists into a verl ``DataProto`` with the fields Agent Lightning's adapter produces.
 
     Tensors: ``prompts`` (rows, P), ``responses`` (rows, R), ``input_ids``/``attention_mask``/``position_ids``
     (rows, P + R), ``response_mask`` (rows, R), ``is_drop_mask`` (rows,), ``token_level_scores`` (rows, R)
-    with the reward on the last response token, and ``rollout_log_probs`` when given. Non-tensor:
-    ``data_id_list``, ``rollout_id_list`` and ``turn_index_list`` when given. ``prompt_width`` and
-    ``response_width`` fix the padded widths (default: the longest); truncation is the aggregator's job.
+    with the reward on the last response token (in ``score_dtype``: bf16, as Agent Lightning stores scores),
+    and ``rollout_log_probs`` when given. Non-tensor: ``data_id_list``, ``rollout_id_list`` (string ids as numpy
+    ``<U`` arrays, as Agent Lightning makes them; any other ids as object arrays) and ``turn_index_list`` (int64)
+    when given. ``prompt_width`` and ``response_width`` fix the padded widths (default: the longest); truncation
+    is the aggregator's job.
     """
     n = len(prompts)
     columns = {"responses": responses, "rewards": rewards, "rollout_ids": rollout_ids, "data_ids": data_ids}
@@ -134,8 +137,9 @@ def build_rows(
 
     attention_mask = torch.from_numpy(np.concatenate([prompt_attn, response_attn], axis=1))  # (rows, P + R)
     position_ids = torch.clip(torch.cumsum(attention_mask, dim=-1) - 1, min=0)  # (rows, P + R)
-    scores = np.zeros((n, width_r), dtype=np.float32)  # (rows, R)
-    scores[np.arange(n), response_lens - 1] = np.asarray(rewards, dtype=np.float32)
+    scores = torch.zeros((n, width_r), dtype=score_dtype)  # (rows, R)
+    # Agent Lightning converts the Python float rewards to bf16 directly (no float32 step in between).
+    scores[torch.arange(n), torch.from_numpy(response_lens - 1)] = torch.tensor(list(rewards), dtype=score_dtype)
 
     tensors: dict[str, torch.Tensor] = {
         "prompts": torch.from_numpy(prompt_ids),
@@ -145,18 +149,18 @@ def build_rows(
         "position_ids": position_ids,
         "response_mask": torch.from_numpy(response_mask),
         "is_drop_mask": torch.as_tensor(np.zeros(n, dtype=bool) if is_drop is None else np.asarray(is_drop, bool)),
-        "token_level_scores": torch.from_numpy(scores),
+        "token_level_scores": scores,
     }
     if rollout_log_probs is not None:
         tensors["rollout_log_probs"] = torch.from_numpy(
             _pad(rollout_log_probs, response_lens, width_r, 0.0, left=False, dtype=np.float32)
         )
     non_tensors = {
-        "data_id_list": _object_ids(data_ids, "data_ids"),
-        "rollout_id_list": _object_ids(rollout_ids, "rollout_ids"),
+        "data_id_list": _id_array(data_ids, "data_ids"),
+        "rollout_id_list": _id_array(rollout_ids, "rollout_ids"),
     }
     if turn_indices is not None:
-        non_tensors["turn_index_list"] = _object_ids(turn_indices, "turn_indices")
+        non_tensors["turn_index_list"] = np.asarray(turn_indices, dtype=np.int64)
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 
 
@@ -193,8 +197,10 @@ def rows_frame(batch: DataProto) -> pd.DataFrame:
     return frame
 
 
-def _object_ids(values: Sequence[Any], field: str) -> np.ndarray:
+def _id_array(values: Sequence[Any], field: str) -> np.ndarray:
     ids = as_ids(values, field=field)
+    if len(ids) and all(type(v) is str or type(v) is np.str_ for v in ids):
+        return np.array([str(v) for v in ids])  # (rows,) '<U…', what np.array(list_of_str) gives Agent Lightning
     return ids if ids.dtype == object else ids.astype(object)
 
 

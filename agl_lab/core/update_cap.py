@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from verl import DataProto
 
-from agl_lab.core.groups import group_key, group_rows, non_tensor_ids, uniform_groups
+from agl_lab.core.groups import as_arrays, group_key, group_rows, non_tensor_ids, uniform_groups
 from agl_lab.core.rows import require_matrix
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "marked_rows_kept",
     "plan_update_cap",
     "same_reward_rows",
+    "take_rows",
 ]
 
 
@@ -39,13 +40,16 @@ class EmptyBatchWarning(UserWarning):
 def drop_marked_rows(batch: DataProto) -> tuple[DataProto, dict[str, int]]:
     """Remove rows flagged ``is_drop_mask`` (prompt over the aggregator's limit); count them."""
     keep, metrics = marked_rows_kept(batch)
-    return (batch if len(keep) == len(batch) else batch[torch.from_numpy(keep)]), metrics
+    return (batch if len(keep) == len(batch) else take_rows(batch, keep)), metrics
 
 
 def marked_rows_kept(batch: DataProto) -> tuple[np.ndarray, dict[str, int]]:
-    """(kept,) indices of the rows not flagged ``is_drop_mask``, and the counters of :func:`drop_marked_rows`."""
+    """(kept,) indices of the rows not flagged ``is_drop_mask``, and the counters of :func:`drop_marked_rows`.
+
+    ``training/n_sample_dropped/marked`` is logged only when the batch has ``is_drop_mask``, as Agent Lightning does.
+    """
     n = len(batch)
-    metrics = {"training/n_sample_collected": n, "training/n_sample_dropped/marked": 0}
+    metrics = {"training/n_sample_collected": n}
     if batch.batch is None or "is_drop_mask" not in batch.batch.keys():
         return np.arange(n, dtype=np.int64), metrics
     marked = batch.batch["is_drop_mask"]
@@ -89,7 +93,7 @@ def apply_update_cap(
     """
     plan = plan_update_cap(batch, mini_batch_size=mini_batch_size, max_ppo_update_times=max_ppo_update_times, seed=seed)
     if len(plan.kept) < len(batch):
-        batch = batch[torch.from_numpy(plan.kept)]
+        batch = take_rows(batch, plan.kept)
     if len(batch) == 0:
         warnings.warn(
             f"no trainable batch after drop+floor ({len(plan.dropped_random) + len(plan.dropped_same_reward)} rows "
@@ -145,11 +149,19 @@ def plan_update_cap(
     )
 
 
+def take_rows(batch: DataProto, index: np.ndarray) -> DataProto:
+    """The rows ``index`` of ``batch``, in that order (verl's indexing; id columns given as lists are fine too)."""
+    whole = DataProto(batch=batch.batch, non_tensor_batch=as_arrays(batch.non_tensor_batch), meta_info=batch.meta_info)
+    return whole[torch.from_numpy(np.asarray(index, dtype=np.int64))]
+
+
 def same_reward_rows(batch: DataProto) -> np.ndarray:
     """Indices of rows whose uid group (``uid``, else ``data_id_list``) has one reward for every row."""
     key = group_key(batch)
     if key is None or len(batch) == 0:
         return np.zeros(0, dtype=np.int64)
     groups = group_rows(non_tensor_ids(batch, key), field=key)
-    scores = require_matrix(batch, "token_level_scores", floating=True, finite=True).sum(dim=-1).float()  # (rows,)
+    # Summed and compared in the scores' own dtype, as Agent Lightning does: in bf16 (its scores' dtype) rewards
+    # that round to one bf16 value are the same reward.
+    scores = require_matrix(batch, "token_level_scores", floating=True, finite=True).sum(dim=-1)  # (rows,)
     return np.flatnonzero(uniform_groups(groups, scores)[groups.codes])

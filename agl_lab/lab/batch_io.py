@@ -40,7 +40,8 @@ def save_batch(batch: DataProto, path: str | os.PathLike, *, overwrite: bool = F
 
     Tensors go to safetensors (raw arrays, nothing executes on load); non-tensor fields (1-D id arrays or
     arrays of numbers) and ``meta_info`` go to JSON, so they must hold JSON values (str, numbers, bool,
-    None, lists, dicts). Returns the directory. Refuses to replace an existing one unless ``overwrite``.
+    None, lists, dicts) or tuples of them (tuple ids come back as tuples). Returns the directory. Refuses to
+    replace an existing one unless ``overwrite``.
     """
     path = Path(path)
     if path.exists() and not path.is_dir():
@@ -215,10 +216,10 @@ def _encode_column(key: str, values: np.ndarray) -> dict[str, Any]:
     values = np.asarray(values)
     if values.dtype == object and values.ndim != 1:
         raise ValueError(f"non_tensor_batch[{key!r}] is a {values.ndim}-D object array: save_batch stores 1-D ones")
-    return {
-        "dtype": values.dtype.str if values.dtype != object else "object",
-        "values": _json_checked(values.tolist(), f"non_tensor_batch[{key!r}]"),
-    }
+    if values.dtype != object:
+        return {"dtype": values.dtype.str, "values": _json_checked(values.tolist(), f"non_tensor_batch[{key!r}]")}
+    where = f"non_tensor_batch[{key!r}]"
+    return {"dtype": "object", "values": _json_checked([_tag_tuples(v, where) for v in values], where)}
 
 
 def _decode_column(spec: dict[str, Any]) -> np.ndarray:
@@ -226,8 +227,34 @@ def _decode_column(spec: dict[str, Any]) -> np.ndarray:
         return np.asarray(spec["values"], dtype=np.dtype(spec["dtype"]))
     out = np.empty(len(spec["values"]), dtype=object)
     for i, value in enumerate(spec["values"]):  # one by one: equal-length lists must not become a 2-D array
-        out[i] = value
+        out[i] = _untag_tuples(value)
     return out
+
+
+# JSON has no tuples: a tuple (a hashable id, e.g. (prompt, sample)) is saved as {"__tuple__": [items]}.
+_TUPLE = "__tuple__"
+
+
+def _tag_tuples(value: Any, where: str) -> Any:
+    if isinstance(value, tuple):
+        return {_TUPLE: [_tag_tuples(v, where) for v in value]}
+    if isinstance(value, list):
+        return [_tag_tuples(v, where) for v in value]
+    if isinstance(value, dict):
+        if _TUPLE in value:
+            raise ValueError(f"{where} holds a dict with the key {_TUPLE!r}, which save_batch uses to mark tuples")
+        return {k: _tag_tuples(v, where) for k, v in value.items()}
+    return value
+
+
+def _untag_tuples(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {_TUPLE} and isinstance(value[_TUPLE], list):
+            return tuple(_untag_tuples(v) for v in value[_TUPLE])
+        return {k: _untag_tuples(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_untag_tuples(v) for v in value]
+    return value
 
 
 def _json_checked(value: Any, where: str) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from omegaconf import DictConfig
 from verl import DataProto
 
@@ -58,12 +59,16 @@ def seed_example() -> tuple[DataProto, DictConfig]:
 
 
 def rows_from_plan(
-    plan: Sequence[tuple[Any, Any, float, Sequence[int]]], *, response_masks: Sequence[Sequence[int]] | None = None
+    plan: Sequence[tuple[Any, Any, float, Sequence[int]]],
+    *,
+    response_masks: Sequence[Sequence[int]] | None = None,
+    score_dtype: torch.dtype = torch.bfloat16,
 ) -> DataProto:
     """Rows from a plan of ``(data_id, rollout_id, reward, [response length of each row])``, one row per length.
 
     Token ids are placeholders (a 3-token prompt, responses counting up from 10); ``turn_index_list`` numbers
-    the rows of each rollout. For hand-built batches in tests, docs and notebooks.
+    the rows of each rollout. Scores are bf16 as Agent Lightning stores them (``score_dtype`` to change it).
+    For hand-built batches in tests, docs and notebooks.
     """
     prompts, responses, rewards, rollout_ids, data_ids, turns = [], [], [], [], [], []
     for data_id, rollout_id, reward, lengths in plan:
@@ -82,4 +87,5 @@ def rows_from_plan(
         data_ids=data_ids,
         turn_indices=turns,
         response_masks=response_masks,
+        score_dtype=score_dtype,
     )

@@ -107,6 +107,8 @@ def synthetic_rows(knobs: SyntheticKnobs | None = None) -> tuple[DataProto, dict
         level=knobs.level,
         max_prompt_length=knobs.max_prompt_length,
         max_response_length=knobs.max_response_length,
+        # The limits (2048 + 8192 by default) only cut rows here: padding 10k rows to them would take gigabytes.
+        pad_to="longest",
     )
 
 
@@ -144,7 +146,13 @@ def synthetic_rollouts(knobs: SyntheticKnobs | None = None) -> list[Rollout]:
             token += response_lens[call]
             call += 1
         rollouts.append(
-            Rollout(rollout_id=f"p{prompt_index}/r{k}", data_id=f"p{prompt_index}", calls=calls, reward=rewards[index])
+            Rollout(
+                rollout_id=f"p{prompt_index}/r{k}",
+                data_id=f"p{prompt_index}",
+                calls=calls,
+                reward=rewards[index],
+                sample_idx_in_step=prompt_index,
+            )
         )
     return rollouts
 

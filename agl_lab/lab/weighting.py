@@ -156,5 +156,5 @@ def _row_advantages(
     mask = work.batch["response_mask"]  # (kept, R): R = 1 for compact rows
     if outcome:
         return work.batch["advantages"][:, 0].double().numpy(), metrics
-    sums = (work.batch["advantages"] * mask).sum(dim=-1).double().numpy()  # (kept,)
+    sums = (work.batch["advantages"].double() * mask).sum(dim=-1).numpy()  # (kept,): bf16 advantages summed in float64
     return sums / np.maximum(mask.sum(dim=-1).double().numpy(), 1.0), metrics

@@ -105,6 +105,8 @@ def collect_rollouts(
                 data_id=data_id,
                 calls=tuple(calls[j]),
                 reward=1.0 if episode.success else 0.0,
+                step=step,
+                sample_idx_in_step=j // sampling.n,
             )
         )
     turns = np.array([episode.turns for episode in episodes])
