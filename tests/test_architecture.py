@@ -90,3 +90,16 @@ def test_every_intended_difference_names_tests_that_exist():
         assert named, row
         for path, name in named:
             assert f"def {name}(" in (ROOT / "tests" / path).read_text(), f"{path}::{name}"
+
+
+def test_no_merge_conflict_markers_are_left_in_the_tree():
+    tracked = subprocess.run(["git", "ls-files"], capture_output=True, text=True, cwd=ROOT, check=True).stdout.split()
+    texts = [ROOT / p for p in tracked if p.endswith((".py", ".md", ".ipynb", ".yaml", ".toml", ".yml", "Makefile"))]
+    marked = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in texts
+        if path.exists()
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if line.startswith(("<<<<<<< ", ">>>>>>> ")) or line == "======="
+    ]
+    assert marked == []
