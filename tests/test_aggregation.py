@@ -161,15 +161,11 @@ def test_limits_from_the_config_follow_the_level():
 
 
 def test_limits_fall_back_to_data_and_the_level_to_transition():
-    # Agent Lightning reads the trajectory limits with .get(key, data.max_*) and the level with .get(key, transition)
-    cfg = compose_config(
-        dotlist=[
-            "~agentlightning.trace_aggregator.trajectory_max_prompt_length",
-            "~agentlightning.trace_aggregator.trajectory_max_response_length",
-            "data.max_prompt_length=100",
-            "data.max_response_length=200",
-        ]
-    )
+    # Agent Lightning reads the trajectory limits with .get(key, data.max_*) and the level with .get(key, transition):
+    # a config written without them (composed elsewhere; agl_lab's composer refuses deleting a key it reads)
+    cfg = compose_config(dotlist=["data.max_prompt_length=100", "data.max_response_length=200"])
+    del cfg.agentlightning.trace_aggregator["trajectory_max_prompt_length"]
+    del cfg.agentlightning.trace_aggregator["trajectory_max_response_length"]
     assert aggregation_limits(cfg)["max_prompt_length"] == 100
     assert aggregation_limits(cfg)["max_response_length"] == 200
     del cfg.agentlightning.trace_aggregator["level"]

@@ -20,6 +20,9 @@ def step():
     micro-batches of 2."""
     cfg = short_run_config(dotlist=TINY_RUN)
     batch, policy = sample_step_batch(cfg)
+    # Scores in float32, not Agent Lightning's bf16: bf16 advantages (and their bf16 normalization) round the actual
+    # gradient by up to 2^-8 relative, which would hide a wrong weight of that size; the closed forms are exact math.
+    batch.batch["token_level_scores"] = batch.batch["token_level_scores"].float()
     return cfg, batch, policy
 
 

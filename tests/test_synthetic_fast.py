@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from agl_lab.core.aggregation import aggregate
 from agl_lab.lab.compact_rows import compact_rows
-from agl_lab.lab.synthetic import CALL_PATTERNS, SyntheticKnobs, synthetic_rollouts
+from agl_lab.lab.synthetic import CALL_PATTERNS, SyntheticKnobs, synthetic_rollouts, synthetic_rows
 from agl_lab.lab.synthetic_fast import fast_synthetic_rows
 
 
@@ -75,7 +75,7 @@ def test_fast_rows_are_the_rows_trace_aggregation_makes(k):
 def test_the_default_batch_in_detail():
     # the panel's default: 16 prompts × 8 rollouts, failures make 2 more calls, 20% of later calls rewrite context
     k = SyntheticKnobs()
-    slow_rows, _ = aggregate(synthetic_rollouts(k), level=k.level, max_prompt_length=2048, max_response_length=8192)
+    slow_rows, _ = synthetic_rows(k)  # trace aggregation, padded to the longest row as the lab's synthetic rows are
     fast, _ = fast_synthetic_rows(k)
     assert by_rollout(fast) == by_rollout(compact_rows(slow_rows))
-    assert fast.response_width == slow_rows.batch["responses"].shape[-1]  # aggregate() pads to the longest today
+    assert fast.response_width == slow_rows.batch["responses"].shape[-1] < k.max_response_length

@@ -38,7 +38,10 @@ def panel(monkeypatch):
 def expected(panel, *, level=None):
     """The analysis the panel should show, computed directly from its widgets' values (as config overrides)."""
     rows, _ = synthetic_rows(panel.knobs_from_widgets())  # the full rows, through trace aggregation
-    cfg = compose_config(overrides={"algorithm": {"adv_estimator": "grpo"}}, dotlist=panel.dotlist())
+    # the panel's own estimator: with bf16 scores (as Agent Lightning stores them) grpo and grpo_vectorized round apart
+    cfg = compose_config(
+        overrides={"algorithm": {"adv_estimator": panel.cfg.algorithm.adv_estimator}}, dotlist=panel.dotlist()
+    )
     level = panel.settings()["rollout_level"] if level is None else level
     s = panel.settings()
     result, _ = analyze_weighting(rows, cfg, rollout_levels=(level,), seed=s["seed"], dp_size=s["dp_size"])

@@ -26,7 +26,10 @@ from verl import DataProto
 
 from agl_lab.core.groups import as_ids, group_key, group_rows, non_tensor_ids
 
-__all__ = ["build_rows", "require_fields", "require_finite_rows", "require_matrix", "rows_frame"]
+__all__ = ["SCORE_DTYPE", "build_rows", "require_fields", "require_finite_rows", "require_matrix", "rows_frame"]
+
+# Agent Lightning stores each row's reward (token_level_scores) in bf16, so the advantages are computed in bf16.
+SCORE_DTYPE = torch.bfloat16
 
 
 def require_matrix(
@@ -91,7 +94,7 @@ def build_rows(
     pad_token_id: int = 0,
     prompt_width: int | None = None,
     response_width: int | None = None,
-    score_dtype: torch.dtype = torch.bfloat16,
+    score_dtype: torch.dtype = SCORE_DTYPE,
 ) -> DataProto:
     """Pad token lists into a verl ``DataProto`` with the fields Agent Lightning's adapter produces.
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agl_lab.core.rows import SCORE_DTYPE
 from agl_lab.lab.compact_rows import CompactRows
 from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_draws
 
@@ -76,10 +77,11 @@ def fast_synthetic_rows(knobs: SyntheticKnobs | None = None) -> tuple[CompactRow
         rollout_id=rollout_ids[row_rollout[rows]],
         data_id=data_ids[row_rollout[rows]],
         tokens=trainable[rows],
-        reward=draws.rewards[row_rollout[rows]].astype(np.float64),
+        # the reward as aggregate() stores it: rounded to the scores' dtype (bf16, as Agent Lightning)
+        reward=torch.from_numpy(draws.rewards[row_rollout[rows]]).to(SCORE_DTYPE).double().numpy(),
         is_drop=prompt_length[rows] > knobs.max_prompt_length,
-        response_width=int(response_kept.max(initial=0)),
-        score_dtype=torch.float32,
+        response_width=int(response_kept.max(initial=0)),  # as synthetic_rows pads: to the longest row
+        score_dtype=SCORE_DTYPE,
         prompt_length=np.minimum(prompt_length[rows], knobs.max_prompt_length),
         response_length=response_kept,
     )

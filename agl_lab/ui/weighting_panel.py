@@ -8,8 +8,9 @@ drops, and every rollout's mass. Hovering a rollout shows its id, uid, rows, tok
 fate; clicking it lists its rows beside the plot. A change recomputes only what it touches — the generator's
 batch through the vectorized trace aggregation (:mod:`agl_lab.lab.synthetic_fast`), the selection and advantage
 through the trainer's own steps on compact rows, a new mode nothing — and sends one message per figure. The
-default estimator is verl's ``grpo_vectorized`` (``grpo``'s numbers, without its Python loop). Headless runs
-(papermill) keep a static PNG of the figures. Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
+default estimator is verl's ``grpo_vectorized`` (``grpo``'s numbers without its Python loop; on Agent Lightning's
+bf16 scores the two round differently, by up to 2^-8 of an advantage). Headless runs (papermill) keep a static PNG
+of the figures. Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
 """
 
 from __future__ import annotations
