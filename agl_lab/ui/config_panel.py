@@ -37,8 +37,8 @@ class ConfigPanel:
         self.base_overrides = dict(base_overrides or {})
         self.base_dotlist = list(base_dotlist)
         start = compose_config(overrides=self.base_overrides, dotlist=self.base_dotlist)
-        style = {"description_width": "190px"}
-        layout = widgets.Layout(width="480px")  # wide enough that JupyterLab does not cut a label
+        style = {"description_width": "220px"}  # the longest description, "ppo_mini_batch_size (prompts)", fits
+        layout = widgets.Layout(width="620px")  # the longest loss-mode label fits beside it
         self.controls = settings_controls(start, modes=trainable_modes(), keep_own=True)
         for name in ("rollout_level", "mode", "cap", "ppo_mini_batch_size"):
             self.controls[name].style, self.controls[name].layout = style, layout
@@ -51,7 +51,7 @@ class ConfigPanel:
             description="more key=value",
             placeholder="data.train_batch_size=32 actor_rollout_ref.rollout.n=8",
             style=style,
-            layout=widgets.Layout(width="720px"),
+            layout=widgets.Layout(width="760px"),
         )
         self.view = widgets.HTML()
         shown = [self.controls[name] for name in ("rollout_level", "mode", "cap", "ppo_mini_batch_size")]
