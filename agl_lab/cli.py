@@ -147,6 +147,7 @@ def _train(dotlist: list[str], *, show_config: bool) -> int:
 
 def _demo(dotlist: list[str], *, out: str | None) -> int:
     from agl_lab.config.settings import DEMO_SETTINGS
+    from agl_lab.curves.summary import number
     from agl_lab.training.demo import demo_summary, run_demo
 
     print_base(SUBCOMMAND_BASES["demo"])
@@ -156,7 +157,7 @@ def _demo(dotlist: list[str], *, out: str | None) -> int:
     result = run_demo(out_dir=out, dotlist=dotlist)
     if not result.table.empty:
         summary = demo_summary(result).drop(columns=["n_seeds", "steps"], errors="ignore")
-        print("\n" + summary.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+        print("\n" + summary.to_string(index=False, float_format=number))
     print("\nWritten:")
     for path in result.figures.values():
         print(f"  {path}")

@@ -20,6 +20,7 @@ from agl_lab.cli_help import SUBCOMMAND_BASES, print_base
 from agl_lab.config.grid import sweep_grid
 from agl_lab.config.settings import DEMO_SETTINGS
 from agl_lab.curves.bands import BAND_LABELS
+from agl_lab.curves.summary import number
 
 __all__ = ["add_sweep_parser", "run_sweep_command"]
 
@@ -89,7 +90,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         print(f"not finished: {cell.setting} seed {cell.seed} ({cell.status}): {cell.error or ''}".rstrip(": "))
     if not result.table.empty:
         summary = demo_summary(result).drop(columns=["steps"], errors="ignore")
-        print("\n" + summary.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+        print("\n" + summary.to_string(index=False, float_format=number))
         print("\nWritten:")
         for path in result.figures.values():
             print(f"  {path}")

@@ -1,5 +1,6 @@
 """The real entry points: the ``agl-lab`` console script and ``python -m agl_lab``."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -116,6 +117,7 @@ def test_demo_writes_figures_and_a_summary_table_and_prints_its_folder_last(tmp_
     result = run("demo", "--out", str(out), *TINY_RUN, entry=(sys.executable, "-m", "agl_lab"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == str(out.resolve())
+    assert not re.search(r"\de[+-]\d", result.stdout), "the summary table prints a number in exponent form"
     for name in ("panels.png", "success.png", "rows_vs_rollouts.png", "drops.png", "summary.csv", "summary.md"):
         assert (out / name).stat().st_size > 0, name
         assert f"  {out / name}" in result.stdout  # listed under "Written:"

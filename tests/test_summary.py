@@ -58,3 +58,12 @@ def test_markdown_table_has_a_header_a_rule_and_one_line_per_row():
         "| b | 2 | 1 |",
         "| c | 1103 | nan |",  # no exponent form (1.1e+03)
     ]
+
+
+def test_numbers_are_never_in_exponent_form():
+    from agl_lab.curves.summary import number
+
+    # the CLI's and summary.md's tables: 1164 dropped rows read 1164, not 1.16e+03
+    assert [number(v) for v in (1164.0, 64.0, 2.5799, 0.000123, float("nan"), "both_on")] == [
+        "1164", "64", "2.58", "0.000123", "nan", "both_on",
+    ]  # fmt: skip

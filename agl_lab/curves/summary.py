@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["SUCCESS", "markdown_table", "success_first_last", "summarize"]
+__all__ = ["SUCCESS", "markdown_table", "number", "success_first_last", "summarize"]
 
 SUCCESS = "lab/success_rate"
 
@@ -37,17 +37,19 @@ def success_first_last(success: pd.Series | np.ndarray) -> tuple[float, float]:
     return float(np.nanmean(values[:k])), float(np.nanmean(values[-k:]))
 
 
+def number(value) -> str:
+    """A summary value as the tables show it: whole numbers as integers, other floats to 3 significant digits,
+    never in exponent form."""
+    if not isinstance(value, float) or not np.isfinite(value):
+        return str(value)
+    if value.is_integer() or abs(value) >= 100:
+        return f"{value:.0f}"
+    return f"{value:.3g}"
+
+
 def markdown_table(frame: pd.DataFrame) -> str:
-    """``frame`` as a Markdown table: whole numbers as integers, other floats to 3 significant digits (never in
-    exponent form)."""
-
-    def cell(value) -> str:
-        if not isinstance(value, float) or not np.isfinite(value):
-            return str(value)
-        if value.is_integer() or abs(value) >= 100:
-            return f"{value:.0f}"
-        return f"{value:.3g}"
-
+    """``frame`` as a Markdown table, values as :func:`number` shows them."""
+    cell = number
     header = "| " + " | ".join(frame.columns) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
     body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
