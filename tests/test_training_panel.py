@@ -3,7 +3,9 @@
 import pytest
 
 from agl_lab import short_run_config
+from agl_lab.config.doctor import diagnose
 from agl_lab.config.settings import DEMO_SETTINGS
+from agl_lab.config.task_rows import fitting_limits, row_limit_problem
 from agl_lab.ui.training_panel import TrainingPanel, demo_setting_name
 from conftest import TINY_RUN
 
@@ -50,6 +52,24 @@ def test_training_panel_applies_its_widgets_to_the_run(training_panel):
     assert (cfg.lab.task_size, cfg.lab.max_turns, cfg.lab.rewrite_prob, cfg.lab.seed) == (3, 2, 0.0, 9)
     assert cfg.trainer.total_training_steps == 1 and len(panel.history) == 1
     assert panel.cfg.lab.run_dir is None  # the panel's own config is not tied to one run directory
+
+
+def test_more_turns_raise_the_row_limits_so_no_row_is_cut(training_panel):
+    panel = training_panel
+    assert fitting_limits(panel.config()) == {}  # the preset fits its 4 turns: nothing added
+    for level in ("trajectory", "transition"):
+        panel.controls["level"].value = level
+        panel.controls["max_turns"].value = 9
+        cfg = panel.config()
+        preset = short_run_config(dotlist=[f"agentlightning.trace_aggregator.level={level}", "lab.max_turns=9"])
+        raised = fitting_limits(preset)
+        assert raised and set(raised.items()) <= set(panel.settings().items())  # shown in the run's dotlist
+        assert row_limit_problem(cfg) is None and [f for f in diagnose(cfg) if f.key == "lab.max_turns"] == []
+    panel.controls["steps"].value, panel.controls["rewrite_prob"].value = 1, 0.5
+    panel.start()
+    assert panel.wait(timeout=120) is not None and panel.error is None
+    last = panel.history.iloc[-1]
+    assert last["training/n_truncated_sample"] == 0 and last["training/n_sample_dropped/marked"] == 0
 
 
 def test_stop_ends_the_run_early_and_keeps_what_finished(training_panel):

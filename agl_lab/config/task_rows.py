@@ -3,7 +3,8 @@
 Rows are padded to the aggregator's limits, as Agent Lightning pads them, so the short-run preset keeps the limits
 just above the longest rows its task makes (``conf/short_run.yaml``). Raise ``lab.max_turns`` and rows outgrow
 them: prompts are cut and their rows dropped, responses cut. The doctor warns with the limits that fit
-(:func:`row_limit_problem`); tests/test_tasks.py checks :func:`lock_row_lengths` on real episodes.
+(:func:`row_limit_problem`), and the training panel raises them as its turns grow (:func:`fitting_limits`);
+tests/test_tasks.py checks :func:`lock_row_lengths` on real episodes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from agl_lab.core.aggregation import aggregation_limits
 
-__all__ = ["lock_row_lengths", "row_limit_problem"]
+__all__ = ["fitting_limits", "lock_row_lengths", "row_limit_problem"]
 
 
 def lock_row_lengths(*, max_turns: int, call_tokens: int) -> dict[str, int]:
@@ -31,26 +32,52 @@ def lock_row_lengths(*, max_turns: int, call_tokens: int) -> dict[str, int]:
     }
 
 
-def row_limit_problem(cfg: DictConfig) -> tuple[str, str] | None:
-    """``(message, fix)`` when the configured task makes rows longer than the aggregator's limits, else None."""
+def fitting_limits(cfg: DictConfig) -> dict[str, int]:
+    """The limit overrides (dotlist key -> tokens) that make the task's longest rows fit; empty when they fit.
+
+    Only raises limits (rows are padded to them, so larger is slower). For ``lab.task=lock`` with positive integer
+    ``lab.max_turns`` and ``rollout.response_length``; other tasks get ``{}``. The training panel applies these when
+    its ``max turns`` or ``level`` changes; the doctor's warning names them as its fix.
+    """
     turns = OmegaConf.select(cfg, "lab.max_turns", default=None)
     call_tokens = OmegaConf.select(cfg, "actor_rollout_ref.rollout.response_length", default=None)
     task = OmegaConf.select(cfg, "lab.task", default=None)
-    if task != "lock" or not all(isinstance(v, int) and v >= 1 for v in (turns, call_tokens)):
-        return None
+    if task != "lock" or not all(_positive_int(v) for v in (turns, call_tokens)):
+        return {}
     limits, longest = aggregation_limits(cfg), lock_row_lengths(max_turns=turns, call_tokens=call_tokens)
-    level = "trajectory" if str(limits["level"]).startswith("trajectory") else "transition"
-    need = {"prompt": longest[f"{level}_prompt"], "response": longest[f"{level}_response"]}
-    have = {"prompt": limits["max_prompt_length"], "response": limits["max_response_length"]}
-    if all(need[k] <= have[k] for k in need):
-        return None
+    level = _level(limits)
     prefix = "agentlightning.trace_aggregator.trajectory_" if level == "trajectory" else "data."
-    keys = {k: f"{prefix}max_{k}_length" for k in need}
+    return {
+        f"{prefix}max_{part}_length": longest[f"{level}_{part}"]
+        for part in ("prompt", "response")
+        if longest[f"{level}_{part}"] > limits[f"max_{part}_length"]
+    }
+
+
+def row_limit_problem(cfg: DictConfig) -> tuple[str, str] | None:
+    """``(message, fix)`` when the configured task makes rows longer than the aggregator's limits, else None."""
+    raise_to = fitting_limits(cfg)
+    if not raise_to:
+        return None
+    limits = aggregation_limits(cfg)
+    level = _level(limits)
+    longest = lock_row_lengths(max_turns=cfg.lab.max_turns, call_tokens=cfg.actor_rollout_ref.rollout.response_length)
+    prefix = "agentlightning.trace_aggregator.trajectory_" if level == "trajectory" else "data."
+    keys = {part: f"{prefix}max_{part}_length" for part in ("prompt", "response")}
     message = (
-        f"lab.max_turns={turns} makes {level}-level rows of up to {need['prompt']} prompt and {need['response']} "
-        f"response tokens, over {keys['prompt']}={have['prompt']} or {keys['response']}={have['response']}: longer "
-        "prompts are cut and their rows dropped (training/n_sample_dropped/marked), longer responses cut "
-        "(training/n_truncated_sample)"
+        f"lab.max_turns={cfg.lab.max_turns} makes {level}-level rows of up to {longest[f'{level}_prompt']} prompt "
+        f"and {longest[f'{level}_response']} response tokens, over {keys['prompt']}={limits['max_prompt_length']} "
+        f"or {keys['response']}={limits['max_response_length']}: longer prompts are cut and their rows dropped "
+        "(training/n_sample_dropped/marked), longer responses cut (training/n_truncated_sample)"
     )
-    settings = " and ".join(f"{keys[k]}={max(need[k], have[k])}" for k in need)
+    fitted = {keys[part]: raise_to.get(keys[part], limits[f"max_{part}_length"]) for part in keys}
+    settings = " and ".join(f"{key}={value}" for key, value in fitted.items())
     return message, f"set {settings} (rows are padded to the limits: larger is slower), or fewer turns"
+
+
+def _level(limits: dict) -> str:
+    return "trajectory" if str(limits["level"]).startswith("trajectory") else "transition"
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1

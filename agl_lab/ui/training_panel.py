@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from agl_lab.config.dotlist import format_dotlist
 from agl_lab.config.modes import trainable_modes
 from agl_lab.config.settings import DEMO_SETTINGS
+from agl_lab.config.task_rows import fitting_limits
 from agl_lab.config.tree import leaves
 from agl_lab.curves.figures import draw_panel
 from agl_lab.curves.history import long_form
@@ -78,9 +79,13 @@ class TrainingPanel:
         return self._thread is not None and self._thread.is_alive()
 
     def settings(self) -> dict[str, Any]:
-        """The config keys the widgets set, with typed values (``lab.run_dir`` is chosen per run)."""
+        """The config keys the widgets set, with typed values (``lab.run_dir`` is chosen per run).
+
+        More turns than the config's row limits fit (``lab.max_turns``, ``level``) add the raised limits
+        (:func:`agl_lab.config.task_rows.fitting_limits`), so the panel's rows are never cut for its own knobs.
+        """
         c = self.controls
-        return {
+        values = {
             **control_overrides(c),
             "agentlightning.trace_aggregator.level": c["level"].value,
             "lab.task_size": int(c["task_size"].value),
@@ -89,11 +94,15 @@ class TrainingPanel:
             "trainer.total_training_steps": int(c["steps"].value),
             "lab.seed": int(c["seed"].value),
         }
+        return {**values, **fitting_limits(self._applied(values))}
 
     def config(self) -> DictConfig:
         """The panel's config with the widgets' values applied."""
+        return self._applied(self.settings())
+
+    def _applied(self, values: dict[str, Any]) -> DictConfig:
         cfg = copy.deepcopy(self.cfg)
-        for key, value in self.settings().items():
+        for key, value in values.items():
             OmegaConf.update(cfg, key, value, merge=False)
         return cfg
 
