@@ -139,3 +139,29 @@ def start_gated(tmp_path, n, *, setup, body, args=(), env=None):
         assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
     go.touch()
     return procs
+
+
+@pytest.fixture
+def finished(monkeypatch):
+    """How a run closed its trackers: a stand-in for verl's Tracking records each ``finish`` exit code."""
+    import functools
+
+    import agl_lab.training.trainer
+    from agl_lab.training.tracking import open_tracker
+
+    codes = []
+
+    class Recording:
+        def __init__(self, project_name, experiment_name, default_backend, config):
+            pass
+
+        def log(self, data, step):
+            pass
+
+        def finish(self, exit_code=0):
+            codes.append(exit_code)
+
+    monkeypatch.setattr(
+        agl_lab.training.trainer, "open_tracker", functools.partial(open_tracker, tracking_cls=Recording)
+    )
+    return codes

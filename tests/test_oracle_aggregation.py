@@ -184,6 +184,17 @@ def agl_direct(rollouts, how):
     return adapter.get_train_data_batch(agl_rollouts(rollouts), global_steps=3)
 
 
+def _small_trajectory_adapter():
+    """Agent Lightning's adapter at the trajectory level with 4-token limits, for the hand-made differences."""
+    return agl().adapter.RolloutAdapter(
+        max_prompt_length=4,
+        max_response_length=4,
+        device=torch.device("cpu"),
+        pad_token_id=0,
+        trace_aggregator_level="trajectory",
+    )
+
+
 def lab_aggregate(rollouts, via_trainer, how):
     if via_trainer:
         limits = aggregation_limits(config_of(how))
@@ -284,13 +295,7 @@ def test_difference_inputs_are_never_modified():
     # Agent Lightning extends the first call's log-prob list in place while merging a trajectory
     calls = [([1], [2], [-0.1]), ([1, 2, 9], [3], [-0.2])]
     theirs = agl_rollouts(_one(calls=calls))
-    adapter = agl().adapter.RolloutAdapter(
-        max_prompt_length=4,
-        max_response_length=4,
-        device=torch.device("cpu"),
-        pad_token_id=0,
-        trace_aggregator_level="trajectory",
-    )
+    adapter = _small_trajectory_adapter()
     outcome(lambda: adapter.get_train_data_batch(theirs))
     assert theirs[0].triplets[0].response["log_probs"] == [-0.1, 0.0, -0.2]
     ours = lab_rollouts(_one(calls=calls))
@@ -317,13 +322,7 @@ def test_difference_token_ids_may_be_tuples():
     rollout = manager.CompletedRollout(
         rollout_id="r", data_id="d", step=0, sample_idx_in_step=0, enqueue_time=0.0, final_reward=1.0, triplets=triplets
     )
-    adapter = agl().adapter.RolloutAdapter(
-        max_prompt_length=4,
-        max_response_length=4,
-        device=torch.device("cpu"),
-        pad_token_id=0,
-        trace_aggregator_level="trajectory",
-    )
+    adapter = _small_trajectory_adapter()
     with pytest.raises(TypeError, match="can only concatenate tuple"):
         adapter.get_train_data_batch([rollout])
     # agl_lab takes them as the lists they stand for (the lab trainer's calls hold tuples)

@@ -2,7 +2,6 @@
 trackers' exit; a run stopped before its first step leaves nothing half-made."""
 
 import errno
-import functools
 import os
 import warnings
 
@@ -15,29 +14,7 @@ from agl_lab.curves.jsonl import DamagedFileWarning
 from agl_lab.training import tracking
 from agl_lab.training.runs import RunFiles
 from agl_lab.training.session import RunCloseWarning
-from agl_lab.training.tracking import open_tracker
 from conftest import TINY_RUN
-
-
-@pytest.fixture
-def finished(monkeypatch):
-    """How the trackers were finished: a stand-in for verl's Tracking records each exit code."""
-    codes = []
-
-    class Recording:
-        def __init__(self, project_name, experiment_name, default_backend, config):
-            pass
-
-        def log(self, data, step):
-            pass
-
-        def finish(self, exit_code=0):
-            codes.append(exit_code)
-
-    monkeypatch.setattr(
-        agl_lab.training.trainer, "open_tracker", functools.partial(open_tracker, tracking_cls=Recording)
-    )
-    return codes
 
 
 def tiny(tmp_path, *dotlist):

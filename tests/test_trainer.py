@@ -1,6 +1,5 @@
 """Short real runs of the lab trainer: every setting combination at both aggregation levels, with tiny sizes."""
 
-import functools
 import json
 import warnings
 
@@ -14,7 +13,6 @@ from agl_lab import ConfigError, EmptyBatchWarning, short_run_config, train
 from agl_lab.config.compose import compose_config
 from agl_lab.training.policy import build_policy
 from agl_lab.training.tasks import make_task
-from agl_lab.training.tracking import open_tracker
 from conftest import TINY_RUN
 
 # conftest.TINY_RUN: 8 rollouts per step, mini-batches of 4 rows; more rewrites so rollouts split often
@@ -204,11 +202,9 @@ def test_same_seed_same_metrics_jsonl_and_another_seed_differs(tmp_path):
     assert texts[0] == texts[1] and texts[0] != texts[2]
 
 
-def test_stop_event_ends_the_run_cleanly_keeping_the_files(tmp_path, monkeypatch):
+def test_stop_event_ends_the_run_cleanly_keeping_the_files(tmp_path, finished):
     import threading
 
-    finished = []
-    monkeypatch.setattr(agl_lab.training.trainer, "open_tracker", _recording_tracker(finished))
     stop = threading.Event()
     cfg = tiny_cfg(tmp_path, "trainer.total_training_steps=5", "trainer.logger=[console]")
     result = train(cfg, stop_event=stop, on_step=lambda record: stop.set(), progress=False)
@@ -218,9 +214,7 @@ def test_stop_event_ends_the_run_cleanly_keeping_the_files(tmp_path, monkeypatch
     assert finished == [1]  # the tracker was closed once, with a non-zero exit code
 
 
-def test_ctrl_c_during_a_run_keeps_the_finished_steps(tmp_path, monkeypatch):
-    finished = []
-    monkeypatch.setattr(agl_lab.training.trainer, "open_tracker", _recording_tracker(finished))
+def test_ctrl_c_during_a_run_keeps_the_finished_steps(tmp_path, finished):
 
     def interrupt(record):
         if record["step"] == 2:
@@ -306,22 +300,6 @@ def test_a_run_dir_that_holds_a_run_is_refused_and_a_fresh_one_is_made_by_defaul
         or r.run_dir.name.endswith("short_run-s0-2")
         for r in fresh
     )
-
-
-def _recording_tracker(finished):
-    """open_tracker with a stand-in for verl's Tracking that records how the run closed it."""
-
-    class Recording:
-        def __init__(self, project_name, experiment_name, default_backend, config):
-            pass
-
-        def log(self, data, step):
-            pass
-
-        def finish(self, exit_code=0):
-            finished.append(exit_code)
-
-    return functools.partial(open_tracker, tracking_cls=Recording)
 
 
 def test_the_run_uses_lab_cpu_threads_and_restores_torchs_setting(tmp_path):
