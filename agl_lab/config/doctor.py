@@ -12,6 +12,7 @@ numbers, ``top_p=0``, micro-batches or ``ppo_epochs`` of 0, GAE without its crit
 from __future__ import annotations
 
 import difflib
+import functools
 from typing import Any
 
 import pandas as pd
@@ -47,11 +48,17 @@ _AGG_MODES = [m.settings[LOSS_AGG_MODE] for m in LOSS_MODES.values() if LOSS_AGG
 _LAB_RULES = {name: lab_field_rule(name) for name in LabConfig.__dataclass_fields__}
 
 ADV, PAIR_ADV = ESTIMATOR, ROLLOUT_LEVEL
+_ABSENT = object()  # a path the base does not have
 
 
-def diagnose(cfg: DictConfig) -> list[Finding]:
-    """Every finding for ``cfg``, errors first."""
-    findings = _structure(cfg)
+def diagnose(cfg: DictConfig, *, composed: bool = False) -> list[Finding]:
+    """Every finding for ``cfg``, errors first.
+
+    ``composed=True``: ``cfg`` is what :func:`agl_lab.compose_config` returned, which has checked its keys, types and
+    interpolations already (it raises otherwise); those checks are skipped, the rest is the same. Resolving the
+    interpolations again is most of the doctor's time, which a live form (notebook 02) pays on every change.
+    """
+    findings = [] if composed else _structure(cfg)
     if any(f.level == "error" for f in findings):
         return findings  # semantic checks would only repeat the same broken values
     get = _getter(cfg)
@@ -99,10 +106,13 @@ def raise_for_errors(findings: list[Finding]) -> None:
 
 
 def _structure(cfg: DictConfig) -> list[Finding]:
-    base = shared_base()
+    base, defaults = shared_base(), _base_leaves()
     findings: list[Finding] = []
     reported: list[str] = []
     for path, value in leaves(cfg):
+        default = defaults.get(path, _ABSENT)
+        if type(default) is type(value) and default == value:
+            continue  # the base's own key and value: nothing to check (most of a composed config)
         if any(path.startswith(r + ".") for r in reported):
             continue
         problem = key_problem(path, base)
@@ -119,6 +129,11 @@ def _structure(cfg: DictConfig) -> list[Finding]:
     except OmegaConfBaseException as exc:
         findings.append(Finding("error", "config", str(exc).splitlines()[0], "fix or replace the interpolation"))
     return findings
+
+
+@functools.lru_cache(maxsize=1)
+def _base_leaves() -> dict[str, Any]:
+    return dict(leaves(shared_base()))
 
 
 def _enums(get) -> list[Finding]:
