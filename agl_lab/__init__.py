@@ -12,8 +12,8 @@ The package follows the data flow, one subpackage per stage:
 * ``agl_lab.curves`` — training histories: readers (run dirs, W&B), bands across seeds, summaries, figures;
 * ``agl_lab.ui`` — the notebooks' widget panels.
 
-The names of later stages (``train``, ``TrainResult``, ``run_sweep``, ``example_rows``) load on first use, so the
-batch math imports light.
+The names of later stages (``train``, ``TrainResult``, ``run_sweep``, ``compare_settings``, ``example_rows``) load
+on first use, so the batch math imports light.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ _LAZY = {
     "train": "agl_lab.training.trainer",
     "TrainResult": "agl_lab.training.trainer",
     "run_sweep": "agl_lab.training.sweep",
+    "compare_settings": "agl_lab.curves.effects",
 }
 
 
@@ -86,6 +87,7 @@ __all__ = [
     "TrainResult",
     "apply_update_cap",
     "build_rows",
+    "compare_settings",
     "compose_config",
     "compute_advantages",
     "compute_policy_loss_cispo_per_rollout_mean",
