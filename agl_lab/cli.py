@@ -37,6 +37,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from agl_lab.cli_help import DESCRIPTION, EPILOG, SUBCOMMAND_BASES, print_base, print_launch_view, version
+from agl_lab.cli_reproduce import add_reproduce_parser, run_reproduce_command
 from agl_lab.cli_sweep import add_sweep_parser, run_sweep_command
 from agl_lab.config.checks import lab_estimator_problem
 from agl_lab.config.compose import BASES, compose_from
@@ -94,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--name", default="experiment", help="names the launch script (launch_<name>.py)")
     launch.add_argument("--out", default=None, help="export folder (default: agl_export/<name>)")
     add_sweep_parser(commands)
+    add_reproduce_parser(commands)
     commands.add_parser("lab", help="open JupyterLab on the repository's notebooks (other options go to jupyter lab)")
     return parser
 
@@ -103,6 +105,8 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         return _launch(args.dotlist, name=args.name, out=args.out, base=args.base)
     if args.command == "sweep":
         return run_sweep_command(args)
+    if args.command == "reproduce":
+        return run_reproduce_command(args)
     if args.command == "lab":
         return _lab(extra)
     if args.command == "train":
@@ -148,6 +152,7 @@ def _train(dotlist: list[str], *, show_config: bool) -> int:
 def _demo(dotlist: list[str], *, out: str | None) -> int:
     from agl_lab.config.settings import DEMO_SETTINGS
     from agl_lab.curves.summary import number
+    from agl_lab.curves.verdicts import effects_text
     from agl_lab.training.demo import demo_summary, run_demo
 
     print_base(SUBCOMMAND_BASES["demo"])
@@ -158,6 +163,8 @@ def _demo(dotlist: list[str], *, out: str | None) -> int:
     if not result.table.empty:
         summary = demo_summary(result).drop(columns=["n_seeds", "steps"], errors="ignore")
         print("\n" + summary.to_string(index=False, float_format=number))
+    if result.effects is not None:
+        print("\n" + effects_text(result.effects))
     print("\nWritten:")
     for path in result.figures.values():
         print(f"  {path}")

@@ -22,6 +22,7 @@ SUBCOMMAND_BASES = {
     "train": "short-run",
     "demo": "short-run",
     "sweep": "short-run",
+    "reproduce": "short-run",
     "launch": "agl",
 }
 # What each exit status means (printed by --help): agl_lab.exit_codes holds the table.

@@ -6,8 +6,10 @@ every run. Without an item of several values it sweeps the demo's settings
 (:data:`agl_lab.config.settings.DEMO_SETTINGS`): notebook 04's sweep from a shell. Each run composes from the
 short-run preset (base ``short-run``) like ``agl-lab train``. The sweep is :func:`agl_lab.run_sweep`: the same
 command with the same ``--out`` skips finished runs and reruns failed or interrupted ones. It writes
-:func:`agl_lab.training.demo.save_results`' panels (bands across seeds) and ``summary.csv``/``summary.md``, and
-prints the sweep's folder last.
+:func:`agl_lab.training.demo.save_results`' panels (bands across seeds), ``summary.csv``/``summary.md`` and
+``effects.csv``/``effects.md`` (each setting against ``--baseline``, paired by seed: success over the last 20% of
+steps; default :func:`agl_lab.curves.effects.default_baseline`: ``both_off`` when swept, else the first setting),
+prints the summary and one verdict line per setting, and prints the sweep's folder last.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
             "Trains every combination of the values given as key=a,b at every seed; key=value items apply to every "
             f"run. Without a key=a,b item it sweeps the demo's settings ({', '.join(DEMO_SETTINGS)}). Each run "
             "composes from base short-run, like agl-lab train. The same command with the same --out skips finished "
-            "runs and reruns failed or interrupted ones. Writes the demo's panels (bands across seeds), summary.csv "
-            "and summary.md into the sweep folder and prints the folder last."
+            "runs and reruns failed or interrupted ones. Writes the demo's panels (bands across seeds), summary.csv, "
+            "summary.md, and effects.csv/effects.md (each setting minus --baseline, paired by seed) into the sweep "
+            "folder, prints the summary and the effects, and prints the folder last."
         ),
         epilog=f"example: {_EXAMPLE} --seeds 0 1 2",
     )
@@ -56,6 +59,11 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
         "--band", choices=tuple(BAND_LABELS), default="ci95", help="across seeds: " + bands.replace("%", "%%")
     )
     sweep.add_argument(
+        "--baseline",
+        default=None,
+        help="the setting every other is compared with, paired by seed (default: both_off when swept, else the first)",
+    )
+    sweep.add_argument(
         "--wandb-mode",
         choices=("online", "offline", "disabled"),
         default=None,
@@ -65,12 +73,17 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
 
 def run_sweep_command(args: argparse.Namespace) -> int:
     """Run ``agl-lab sweep``; 0 when every run finished, 1 when a run failed (the others are kept), 130 on Ctrl-C."""
+    from agl_lab.curves.effects import default_baseline
+    from agl_lab.curves.verdicts import effects_text
     from agl_lab.training.demo import demo_summary, save_results
     from agl_lab.training.sweep import plan_sweep, run_sweep
 
     settings, common = sweep_grid(args.dotlist)
     if not settings:
         settings = {name: tuple(items) for name, items in DEMO_SETTINGS.items()}
+    baseline = args.baseline or default_baseline(list(settings))
+    if baseline not in settings:
+        raise ValueError(f"--baseline {baseline!r} is not a setting of this sweep; choose one of {list(settings)}")
     out = Path(args.out) if args.out else Path("sweeps") / f"{datetime.datetime.now():%Y%m%d-%H%M%S}"
     print_base(SUBCOMMAND_BASES["sweep"])
     plan_sweep(settings, args.seeds, sweep_dir=out, dotlist=common)  # every run's config checked before any runs
@@ -84,13 +97,15 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     result = run_sweep(
         settings, args.seeds, sweep_dir=out, dotlist=common, executor=args.executor, wandb_mode=args.wandb_mode
     )
-    save_results(result, out, band=args.band)
+    save_results(result, out, band=args.band, baseline=baseline)
     failed = result.cells[result.cells.status != "done"]
     for cell in failed.itertuples():
         print(f"not finished: {cell.setting} seed {cell.seed} ({cell.status}): {cell.error or ''}".rstrip(": "))
     if not result.table.empty:
         summary = demo_summary(result).drop(columns=["steps"], errors="ignore")
         print("\n" + summary.to_string(index=False, float_format=number))
+        if result.effects is not None:
+            print("\n" + effects_text(result.effects))
         print("\nWritten:")
         for path in result.figures.values():
             print(f"  {path}")

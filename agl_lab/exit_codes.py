@@ -24,8 +24,8 @@ __all__ = ["EXIT_CODES", "TrainedNothingError", "exit_code", "help_epilog", "rep
 
 EXIT_CODES = {
     0: "done",
-    1: "the config doctor found an error (nothing ran; its findings are on stderr), or a sweep's run failed (the "
-    "others are kept)",
+    1: "the config doctor found an error (nothing ran; its findings are on stderr), or a run of a sweep or "
+    "reproduction failed (the others are kept)",
     2: "a bad command line, config key or value, or several values outside `agl-lab sweep` (nothing was created)",
     3: "launch: exported, but Agent Lightning's trainer cannot run here",
     4: "the run or sweep directory is taken: it holds a run, or another run or sweep is writing to it",

@@ -1,9 +1,14 @@
 """The real entry points: the ``agl-lab`` console script and ``python -m agl_lab``."""
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pandas as pd
+import pytest
+from scipy.stats import ttest_rel
 
 import agl_lab
 from agl_lab.cli import main
@@ -25,10 +30,11 @@ def test_version_and_help_tell_the_bases_and_the_exit_statuses(capsys):
     help_text = in_process(capsys, "--help")
     for base in ("agl", "example", "short-run"):  # each base with the subcommands composing from it
         assert f"  {base:<10} {BASES[base].label}" in help_text
-    assert "[launch]" in help_text and "[check]" in help_text and "[train, demo, sweep]" in help_text
+    assert "[launch]" in help_text and "[check]" in help_text and "[train, demo, sweep, reproduce]" in help_text
     assert "exit codes:" in help_text and "    3  launch: exported" in help_text and "  130  stopped" in help_text
     sweep_help = in_process(capsys, "sweep", "--help")
     assert "--seeds" in sweep_help and "ci95 = mean and 95% t-interval of the mean" in " ".join(sweep_help.split())
+    assert "--baseline" in sweep_help
 
 
 def in_process(capsys, *args) -> str:
@@ -118,9 +124,22 @@ def test_demo_writes_figures_and_a_summary_table_and_prints_its_folder_last(tmp_
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == str(out.resolve())
     assert not re.search(r"\de[+-]\d", result.stdout), "the summary table prints a number in exponent form"
-    for name in ("panels.png", "success.png", "rows_vs_rollouts.png", "drops.png", "summary.csv", "summary.md"):
+    files = ("panels.png", "success.png", "rows_vs_rollouts.png", "drops.png", "summary.csv", "summary.md")
+    for name in (*files, "effects.csv", "effects.md"):
         assert (out / name).stat().st_size > 0, name
         assert f"  {out / name}" in result.stdout  # listed under "Written:"
+    # one seed: the effects table says so rather than guess, after the summary and before the files
+    effects = result.stdout.split("Effects on lab/success_rate (per run, the mean over the last 20%", 1)[1]
+    lines = effects.split("\nWritten:", 1)[0].strip().splitlines()[1:]
+    assert [line.split(":")[0].strip() for line in lines] == ["both_on − both_off", "both_on_cap2 − both_off"]
+    assert all(line.endswith("from 1 pair: need ≥ 2 seeds per setting") for line in lines), lines
+    assert (
+        (out / "effects.csv")
+        .read_text()
+        .startswith(
+            "setting,baseline,metric,n_pairs,mean_diff,sd_diff,ci_low,ci_high,p_value,seeds_needed\nboth_on,both_off,"
+        )
+    )
     summary = (out / "summary.csv").read_text().splitlines()
     assert summary[0].startswith("setting,n_seeds,steps,success_first_20pct,success_last_20pct")
     assert [line.split(",")[0] for line in summary[1:]] == ["both_on", "both_off", "both_on_cap2"]
@@ -199,6 +218,59 @@ def test_sweep_trains_settings_times_seeds_and_writes_the_demos_files(tmp_path):
         ["max_ppo_update_times-1", "2"],
     ]
     assert all((out / name).stat().st_size > 0 for name in ("panels.png", "success.png", "summary.md"))
+    # the effects against the first setting (the default baseline here) are scipy's paired t-test of the runs' success
+    # over their last 20% of steps (2 steps: the last one), read back from each run's metrics.jsonl
+    last = {
+        (c, s): json.loads(
+            (out / f"max_ppo_update_times-{c}" / f"seed-{s}" / "metrics.jsonl").read_text().splitlines()[-1]
+        )["lab/success_rate"]
+        for c in ("null", "1")
+        for s in (0, 1)
+    }
+    test = ttest_rel([last[("1", s)] for s in (0, 1)], [last[("null", s)] for s in (0, 1)])
+    effects = pd.read_csv(out / "effects.csv").iloc[0]
+    assert (effects.setting, effects.baseline, effects.n_pairs) == (
+        "max_ppo_update_times-1",
+        "max_ppo_update_times-null",
+        2,
+    )
+    assert effects.p_value == pytest.approx(test.pvalue, nan_ok=True)
+    assert effects.ci_low == pytest.approx(test.confidence_interval().low, nan_ok=True)
+    assert "max_ppo_update_times-1 − max_ppo_update_times-null: " in result.stdout
+
+
+def test_sweep_refuses_a_baseline_it_does_not_sweep_before_anything_runs(tmp_path):
+    result = run("sweep", "lab.seed=0", "--baseline", "nope", "--out", str(tmp_path / "s"), "--executor", "serial")
+    assert result.returncode == 2 and not (tmp_path / "s").exists()
+    assert (
+        "--baseline 'nope' is not a setting of this sweep; choose one of ['both_on', 'both_off', 'both_on_cap2']"
+        in (result.stderr)
+    )
+
+
+def test_reproduce_lists_its_experiments_refuses_unknown_ones_and_runs_one(tmp_path):
+    listed = run("reproduce", "--list")
+    assert listed.returncode == 0 and "row-split\n  claim: " in listed.stdout and "arXiv:2503.20783" in listed.stdout
+    unknown = run("reproduce", "nope")
+    assert unknown.returncode == 2
+    assert "unknown experiment 'nope'; choose one of ['row-split', 'length-bias', 'update-cap']" in unknown.stderr
+    out = tmp_path / "cap"
+    result = run(
+        "reproduce", "update-cap", *TINY_RUN, "--pilot-seeds", "2", "--max-seeds", "2", "--executor", "serial",
+        "--wandb-mode", "disabled", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == f"Base: short-run = {BASES['short-run'].label}" and lines[1].startswith(
+        "Reproduction update-cap: "
+    )
+    assert lines[-1] == str(out.resolve())
+    assert "Checks (2 seeds, " in result.stdout and "] lab/ppo_updates (all): both_on_cap2 − both_on: " in result.stdout
+    assert re.search(r"\nupdate-cap: (reproduced|NOT reproduced)\n", result.stdout)
+    assert f"  {out / 'report.md'}" in result.stdout and (out / "report.md").read_text().startswith("# Reproduction")
+    assert sorted(p.parent.relative_to(out).as_posix() for p in out.rglob("cell.json")) == [
+        f"{setting}/seed-{seed}" for setting in ("both_on", "both_on_cap2") for seed in (0, 1)
+    ]
 
 
 def test_lab_starts_jupyterlab_from_this_environment_on_the_notebooks():

@@ -56,6 +56,7 @@ class SweepResult:
     stopped: bool = False  # Ctrl-C or SIGTERM ended the sweep early; the table holds the cells that finished
     interrupted_by: str | None = None  # "SIGINT" (Ctrl-C) or "SIGTERM"
     figures: dict[str, Path] = field(default_factory=dict)  # figures saved from the table (the demo saves them)
+    effects: pd.DataFrame | None = None  # compare_settings against the baseline, once save_results has run
 
 
 def plan_sweep(
