@@ -7,7 +7,8 @@ training curve grow and Stop ends the run, the config form recomposes. A screens
 saved under ``artifacts/browser/`` (and into ``$AGL_LAB_SCREENSHOTS`` when set: ``make screenshots``
 writes ``docs/screenshots/``, the README's pictures): each shows what a reader needs — the panel's controls at the
 top of the window with its figures below (01, 03; in 03 after a real run of the default length, finished), the
-recomposed config form (02), the band figures (04). The tests start and stop their own server; they need
+recomposed config form (02), the band figures (04), the reproductions' reports (05, with its small
+``browser_parameters``: its defaults run for up to an hour). The tests start and stop their own server; they need
 ``/usr/bin/chromium`` (``apt-get install chromium``) and the ``playwright`` package, both installed by ``make test``.
 """
 
@@ -27,6 +28,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from papermill.iorw import load_notebook_node
+from papermill.parameterize import parameterize_notebook
 from playwright.sync_api import Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
@@ -54,7 +57,7 @@ def lab(tmp_path_factory):
     assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: apt-get install chromium (make test does it)"
     root = tmp_path_factory.mktemp("lab-root")
     for notebook in NOTEBOOKS:  # autosave writes outputs back: never run the repository's own files
-        shutil.copy(notebook, root / notebook.name)
+        copy_for_the_browser(notebook, root / notebook.name)
     config_dir = tmp_path_factory.mktemp("jupyter-config")
     (config_dir / "labconfig").mkdir()
     (config_dir / "labconfig" / "page_config.json").write_text(
@@ -137,6 +140,21 @@ def check_curves(page: Page) -> None:
         image.scroll_into_view_if_needed()
         assert image.evaluate("img => img.complete && img.naturalWidth > 400"), f"figure {i} did not render"
     images.first.scroll_into_view_if_needed()
+
+
+def check_reproductions(page: Page) -> None:
+    """Each reproduction's report renders as text (claim, verdict, checks table) with its figures as images."""
+    report = page.locator(f"{PANEL} .jp-OutputArea-output.jp-RenderedMarkdown").filter(has_text="Reproduction").first
+    report.scroll_into_view_if_needed()
+    text = report.inner_text()
+    assert "Claim." in text and "Verdict." in text and "expected" in text, text[:500]
+    images = page.locator(f"{PANEL} .jp-OutputArea-output img")
+    assert images.count() >= 2, "the forest plot and the bands are missing"
+    for i in range(images.count()):
+        image = images.nth(i)
+        image.scroll_into_view_if_needed()
+        assert image.evaluate("img => img.complete && img.naturalWidth > 300"), f"figure {i} did not render"
+    report.scroll_into_view_if_needed()
 
 
 def check_config_form(page: Page) -> None:
@@ -315,10 +333,25 @@ INTERACTIONS = {
     "02_config_check": check_config_form,
     "03_short_training_runs": check_training_panel,
     "04_reproduce_curves": check_curves,
+    "05_reproduce_effects": check_reproductions,
 }
 
 
 # ---- JupyterLab plumbing ------------------------------------------------------------------------------------
+
+
+def copy_for_the_browser(notebook: Path, copy: Path) -> None:
+    """The notebook as a person opens it; one whose defaults take far longer than a test (05: reproductions over up
+    to 10 seeds) declares ``metadata.agl_lab.browser_parameters``, injected after its parameters cell as papermill
+    would."""
+    parameters = nbformat.read(notebook, as_version=4).metadata.get("agl_lab", {}).get("browser_parameters")
+    if parameters is None:
+        shutil.copy(notebook, copy)
+        return
+    injected = parameterize_notebook(
+        load_notebook_node(str(notebook)), parameters, kernel_name="python3", language="python"
+    )
+    nbformat.write(injected, copy)
 
 
 def open_notebook(page: Page, lab: dict, name: str) -> None:
