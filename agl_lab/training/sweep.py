@@ -26,7 +26,8 @@ import re
 import shutil
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -43,7 +44,7 @@ from agl_lab.training.process_state import Terminated, sigterm_as_interrupt
 from agl_lab.training.sweep_cells import Cell, cell_status, collect, config_sha256, write_status
 from agl_lab.training.trainer import train
 
-__all__ = ["Cell", "SweepResult", "plan_sweep", "run_cell", "run_sweep"]
+__all__ = ["Cell", "SweepResult", "plan_sweep", "ray_instance", "run_cell", "run_sweep"]
 
 Executor = Literal["ray", "serial"]
 
@@ -189,16 +190,7 @@ def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: 
 
     if not cells:
         return
-    started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(
-            address=address,
-            num_cpus=None if address else num_cpus,
-            runtime_env=ray_runtime_env(),
-            include_dashboard=False,
-            log_to_driver=False,
-        )
-    try:
+    with ray_instance(address=address, num_cpus=num_cpus):
         task = ray.remote(num_cpus=1, max_retries=0)(run_cell)
         pending = {task.remote(cell, dict(overrides or {})): cell for cell in cells}
         while pending:
@@ -211,8 +203,28 @@ def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: 
                     error = mask_secrets(f"Ray task failed: {type(exc).__name__}: {exc}", secret_values(cell.dotlist))
                     write_status(cell, "failed", error=error)
                 bar.update()
+
+
+@contextmanager
+def ray_instance(*, address: str | None = None, num_cpus: int | None = None) -> Iterator[None]:
+    """Ray for the block: the instance already running, the cluster at ``address``, or a local one with ``num_cpus``
+    started here and shut down after (a Ray instance you started stays yours). Sweeps run in one; several sweeps in a
+    row (a reproduction's pilot and extension) can share one, sparing a start that a loaded machine may time out."""
+    import ray
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(
+            address=address,
+            num_cpus=None if address else num_cpus,
+            runtime_env=ray_runtime_env(),
+            include_dashboard=False,
+            log_to_driver=False,
+        )
+    try:
+        yield
     finally:
-        if started_here:  # a Ray instance the sweep started goes with it; one you started stays yours
+        if started_here:
             ray.shutdown()
 
 
