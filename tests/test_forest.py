@@ -16,6 +16,7 @@ def test_a_panel_per_metric_a_line_per_setting_and_honest_labels():
     values[("one_seed", 0)] = [0.5] * 5
     with pytest.warns(UserWarning):
         effects = compare_metrics(long_table(values), baseline="both_off", metrics=["m", "other"])
+    assert effects.attrs["unpaired_seeds"] == {"one_seed, m": [1, 2], "one_seed, other": [1, 2]}
     fig = plot_forest(effects)
     axes = fig.get_axes()
     assert [ax.get_xlabel() for ax in axes] == ["difference in m", "difference in other"]

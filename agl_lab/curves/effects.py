@@ -125,12 +125,19 @@ def compare_settings(
 
 
 def compare_metrics(
-    table: pd.DataFrame, *, baseline: str, metrics: Sequence[str], window: str = "last_20pct"
+    table: pd.DataFrame,
+    *,
+    baseline: str,
+    metrics: Sequence[str],
+    window: str = "last_20pct",
+    method: str = "paired_t",
 ) -> pd.DataFrame:
-    """:func:`compare_settings` for each of ``metrics``, one frame (the forest plot draws one panel per metric)."""
-    frames = [compare_settings(table, baseline=baseline, metric=metric, window=window) for metric in metrics]
+    """:func:`compare_settings` for each of ``metrics``, one frame (the forest plot draws one panel per metric);
+    ``attrs["unpaired_seeds"]`` is keyed ``"<setting>, <metric>"``."""
+    frames = [compare_settings(table, baseline=baseline, metric=m, window=window, method=method) for m in metrics]
     effects = pd.concat(frames, ignore_index=True)
-    effects.attrs.update(window=window, method="paired_t", unpaired_seeds={})
+    unpaired = {f"{s}, {f.metric.iloc[0]}": seeds for f in frames for s, seeds in f.attrs["unpaired_seeds"].items()}
+    effects.attrs.update(window=window, method=method, unpaired_seeds=unpaired)
     return effects
 
 

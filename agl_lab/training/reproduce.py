@@ -14,7 +14,6 @@ writes ``report.md`` and figures (:mod:`agl_lab.training.reproduce_report`). ``a
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ import pandas as pd
 from agl_lab.curves.effects import compare_settings, one_sample, run_values
 from agl_lab.curves.verdicts import verdict
 from agl_lab.training.experiments import EXPERIMENTS, Check, Experiment
-from agl_lab.training.sweep import SweepResult, ray_instance, run_sweep
+from agl_lab.training.sweep import SweepResult, run_sweep, shared_ray
 
 __all__ = ["ZERO_TOL", "Reproduction", "judge", "run_reproduction", "seeds_asked"]
 
@@ -84,7 +83,7 @@ def run_reproduction(
         return run_sweep(experiment.settings, list(range(n)), sweep_dir=out, dotlist=[*experiment.dotlist, *dotlist],
                          executor=executor, wandb_mode=wandb_mode, progress=progress)  # fmt: skip
 
-    with ray_instance() if executor == "ray" else contextlib.nullcontext():  # one Ray for both rounds
+    with shared_ray():  # with Ray, one instance for both rounds
         result = sweep(pilot_seeds)
         asked = seeds_asked(judge(experiment, result.table)[0]) if len(result.table) else None
         target = pilot_seeds if asked is None or result.stopped else int(min(max_seeds, max(asked, pilot_seeds)))

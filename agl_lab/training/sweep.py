@@ -27,7 +27,7 @@ import shutil
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -44,7 +44,7 @@ from agl_lab.training.process_state import Terminated, sigterm_as_interrupt
 from agl_lab.training.sweep_cells import Cell, cell_status, collect, config_sha256, write_status
 from agl_lab.training.trainer import train
 
-__all__ = ["Cell", "SweepResult", "plan_sweep", "ray_instance", "run_cell", "run_sweep"]
+__all__ = ["Cell", "SweepResult", "plan_sweep", "run_cell", "run_sweep", "shared_ray"]
 
 Executor = Literal["ray", "serial"]
 
@@ -185,12 +185,40 @@ def run_cell(cell: Cell, overrides: Mapping[str, Any] | None, *, progress: bool 
     return "done"
 
 
+@contextmanager
+def shared_ray() -> Iterator[None]:
+    """Ray sweeps inside the block share one Ray instance: the first that needs Ray starts it, the block's end shuts
+    it down (a reproduction's pilot and extension: a second start can time out on a loaded machine). A Ray instance
+    already running is used as it is and stays yours."""
+    with ExitStack() as stack:
+        _SHARED.append(stack)
+        try:
+            yield
+        finally:
+            _SHARED.pop()
+
+
+_SHARED: list[ExitStack] = []  # the open shared_ray() blocks of this process, innermost last
+
+
 def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: int | None, bar) -> None:
     import ray
 
     if not cells:
         return
-    with ray_instance(address=address, num_cpus=num_cpus):
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(
+            address=address,
+            num_cpus=None if address else num_cpus,
+            runtime_env=ray_runtime_env(),
+            include_dashboard=False,
+            log_to_driver=False,
+        )
+        if _SHARED:  # it outlives this sweep, until the shared_ray() block ends
+            _SHARED[-1].callback(ray.shutdown)
+            started_here = False
+    try:
         task = ray.remote(num_cpus=1, max_retries=0)(run_cell)
         pending = {task.remote(cell, dict(overrides or {})): cell for cell in cells}
         while pending:
@@ -203,28 +231,8 @@ def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: 
                     error = mask_secrets(f"Ray task failed: {type(exc).__name__}: {exc}", secret_values(cell.dotlist))
                     write_status(cell, "failed", error=error)
                 bar.update()
-
-
-@contextmanager
-def ray_instance(*, address: str | None = None, num_cpus: int | None = None) -> Iterator[None]:
-    """Ray for the block: the instance already running, the cluster at ``address``, or a local one with ``num_cpus``
-    started here and shut down after (a Ray instance you started stays yours). Sweeps run in one; several sweeps in a
-    row (a reproduction's pilot and extension) can share one, sparing a start that a loaded machine may time out."""
-    import ray
-
-    started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(
-            address=address,
-            num_cpus=None if address else num_cpus,
-            runtime_env=ray_runtime_env(),
-            include_dashboard=False,
-            log_to_driver=False,
-        )
-    try:
-        yield
     finally:
-        if started_here:
+        if started_here:  # a Ray instance the sweep started goes with it; one you started stays yours
             ray.shutdown()
 
 
