@@ -91,7 +91,10 @@ def test_a_pilot_then_one_extension_then_the_report(tmp_path, monkeypatch):
         "two settings that differ in nothing learned",
         "tests/test_reproduce.py",
         {"base": (), "renamed": ("trainer.project_name=elsewhere",)},
-        (Check("renamed", "lab/success_rate", "higher", "last_20pct", baseline="base"),),
+        (
+            Check("renamed", "lab/success_rate", "higher", "last_20pct", baseline="base"),
+            Check("base", "lab/multi_row_overweight", "zero"),  # per_rollout_mean, Agent Lightning's default
+        ),
         shown=(Check("renamed", "lab/multi_row_overweight", "none", baseline="base"),),
         dotlist=("lab.wandb_mode=disabled",),
         note="a note",
@@ -102,14 +105,16 @@ def test_a_pilot_then_one_extension_then_the_report(tmp_path, monkeypatch):
                               progress=False)  # fmt: skip
     assert result.seeds == [0, 1, 2] and result.seeds_asked == math.inf and result.pilot_seeds == 2
     assert result.sweep.cells["status"].tolist() == ["done"] * 6
-    assert not result.reproduced and result.checks["n_pairs"].tolist() == [3]
+    assert not result.reproduced and result.checks["n_pairs"].tolist() == [3, 3] and result.resumed_runs == 0
     assert set(result.sweep.table.metric) >= {check.metric for e in EXPERIMENTS.values() for check in e.checks}
     report = (out / "report.md").read_text()
     assert report.startswith("# Reproduction `same`: NOT reproduced\n")
+    zero = next(line for line in report.splitlines() if line.startswith("| base |"))
+    assert zero.count(" | ") == 4 and "largest \\|value\\|" in zero  # one table row: its pipes escaped
     for text in (
         "**Claim.** two settings",
         "**Source.** tests/test_reproduce.py",
-        "1 of 1 checks did not pass at 3",
+        "of 2 checks did not pass at 3",
         "| renamed − base | `lab/success_rate`, `last_20pct` | > 0 | +0 [+0, +0], p=n/a, n=3 pairs; no pair "
         "differs | **no** |",
         "a pilot of 2; its unresolved checks asked for more than any number",
@@ -121,7 +126,12 @@ def test_a_pilot_then_one_extension_then_the_report(tmp_path, monkeypatch):
         assert text in report, text  # fmt: skip
     for name in ("effects.csv", "summary.csv", "forest.png", "bands-lab_success_rate.png", "report.md"):
         assert (out / name).stat().st_size > 0 and result.figures[name.removesuffix(".png")] == out / name
-    assert pd.read_csv(out / "effects.csv")["expect"].tolist() == ["higher", "none"]
+    assert pd.read_csv(out / "effects.csv")["expect"].tolist() == ["higher", "zero", "none"]
+    # the same call again: every run finished, so nothing runs, and the report says so beside this call's wall time
+    again = run_reproduction("same", pilot_seeds=2, max_seeds=3, out_dir=out, dotlist=TINY_RUN, executor="serial",
+                             progress=False)  # fmt: skip
+    assert again.resumed_runs == 6 and again.seeds == [0, 1, 2]
+    assert "(6 of the 6 runs had finished before it and were skipped)" in (out / "report.md").read_text()
 
 
 def test_bad_seed_counts_and_names_are_refused_before_anything_runs(tmp_path):

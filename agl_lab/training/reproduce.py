@@ -42,7 +42,8 @@ class Reproduction:
     pilot_seeds: int
     seeds_asked: float | None  # the largest seeds_needed of the pilot's unresolved checks (None: none unresolved)
     max_seeds: int
-    wall_s: float
+    wall_s: float  # this call's wall time
+    resumed_runs: int = 0  # runs finished before this call (skipped: rerunning into the same folder)
     figures: dict[str, Path] = field(default_factory=dict)
 
     @property
@@ -77,7 +78,7 @@ def run_reproduction(
         )
     experiment = EXPERIMENTS[name]
     out = Path(out_dir) if out_dir is not None else Path("runs") / f"reproduce-{name}"
-    start = time.perf_counter()
+    start, started_at = time.perf_counter(), time.time()
 
     def sweep(n: int) -> SweepResult:
         return run_sweep(experiment.settings, list(range(n)), sweep_dir=out, dotlist=[*experiment.dotlist, *dotlist],
@@ -90,8 +91,10 @@ def run_reproduction(
         if target > pilot_seeds:
             result = sweep(target)
     checks, shown = judge(experiment, result.table)
+    done = [Path(c.run_dir) / "cell.json" for c in result.cells.itertuples() if c.status == "done"]
+    resumed = sum(path.stat().st_mtime < started_at for path in done)
     reproduction = Reproduction(experiment, result, checks, shown, pilot_seeds, asked, max_seeds,
-                                wall_s=time.perf_counter() - start)  # fmt: skip
+                                wall_s=time.perf_counter() - start, resumed_runs=resumed)  # fmt: skip
     if not result.stopped and not result.table.empty:
         reproduction.figures = write_report(reproduction, out)
     return reproduction

@@ -96,6 +96,7 @@ def report_markdown(reproduction: Reproduction, *, figures: list[str] = ()) -> s
 def _check_line(row: dict) -> str:
     passed = "yes" if row["passed"] else "**no**"
     head, _, measured = row["verdict"].partition(": ")
+    measured = measured.replace("|", "\\|")  # "largest |value|" inside a table cell
     return f"| {head} | `{row['metric']}`, `{row['window']}` | {_EXPECT[row['expect']]} | {measured} | {passed} |"
 
 
@@ -115,9 +116,14 @@ def _setup(reproduction: Reproduction) -> list[str]:
         + (f", {' '.join(experiment.dotlist)}" if experiment.dotlist else ""),
         f"- seeds: a pilot of {reproduction.pilot_seeds}; its unresolved checks asked for {asked_text}; cap "
         f"{reproduction.max_seeds}; ran seeds {_seed_range(reproduction.seeds)} ({len(reproduction.seeds)})",
-        f"- wall time {reproduction.wall_s:.0f} s for the whole reproduction ({cell_time:.0f} s of run time summed "
-        f"over {len(cells)} runs) on {os.cpu_count()} CPU cores, shared with whatever else ran (times inflate "
-        "under load)",
+        f"- wall time {reproduction.wall_s:.0f} s for this call"
+        + (
+            f" ({reproduction.resumed_runs} of the {len(cells)} runs had finished before it and were skipped)"
+            if reproduction.resumed_runs
+            else ""
+        )
+        + f"; {cell_time:.0f} s of run time summed over the {len(cells)} runs; {os.cpu_count()} CPU cores, shared "
+        "with whatever else ran (times inflate under load)",
         "- not finished: "
         + (
             ", ".join(f"{c.setting} seed {c.seed} ({c.status})" for c in cells.itertuples() if c.status != "done")
