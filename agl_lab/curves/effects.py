@@ -26,8 +26,8 @@ Deliberate cases, each pinned in tests/test_effects.py:
   ``seeds_needed`` are NaN and the verdict says "need ≥ 2 seeds per setting".
 * **Zero variance** (every pair differs by the same d): scipy's interval is [d, d]; p is 0 for d ≠ 0 (any two
   pairs show it: ``seeds_needed`` 2) and NaN for d = 0 (scipy's 0/0; the verdict says no pair differs, and
-  ``seeds_needed`` is inf: no number of pairs resolves an effect of 0). A nonzero effect with spread but a mean
-  of exactly 0 also gets inf.
+  ``seeds_needed`` is inf: no number of pairs resolves an effect of 0). Differences that spread around a mean of
+  exactly 0 get inf too.
 
 ``method`` picks the statistics: ``"paired_t"`` (the above) is the only one so far; :data:`METHODS` is the table
 a method is added to (issue 22 plans ``"rliable"``: its per-run values come from :func:`run_values` the same way,
