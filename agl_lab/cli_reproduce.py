@@ -77,7 +77,8 @@ def run_reproduce_command(args: argparse.Namespace) -> int:
     if len(result.checks):
         print(f"\nChecks ({len(result.seeds)} seeds, {result.wall_s:.0f} s):")
         for check in result.checks.itertuples():
-            print(f"  [{'passed' if check.passed else 'not passed'}] {check.metric} ({check.window}): {check.verdict}")
+            status = "passed" if check.passed else f"not passed: {check.outcome}"
+            print(f"  [{status}] {check.metric} ({check.window}): {check.verdict}")
         if len(result.shown):
             print("Also measured (no claim):")
             for shown in result.shown.itertuples():

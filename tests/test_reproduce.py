@@ -43,6 +43,8 @@ def test_checks_pass_on_the_expected_side_of_zero_and_fail_otherwise():
         hand_table(),
     )
     assert checks["passed"].tolist() == [False, False, False, True, False, False]
+    assert checks["outcome"].tolist() == ["unresolved", "unresolved", "unresolved", "as claimed", "not zero",
+                                          "not judged"]  # fmt: skip
     assert checks.loc[0, "mean_diff"] == 2.0 and checks.loc[0, "n_pairs"] == 3 and checks.loc[0, "expect"] == "higher"
     assert checks.loc[2, "baseline"] == "0" and checks.loc[2, "verdict"].startswith("a (m): +2.0 [")
     assert checks.loc[3, "verdict"] == "a: zero within ±1e-09 at every step of 3 runs (largest |value| 1e-12)"
@@ -52,10 +54,12 @@ def test_checks_pass_on_the_expected_side_of_zero_and_fail_otherwise():
     assert shown["passed"].isna().all()
 
 
-def test_a_clear_effect_passes():
+def test_a_clear_effect_passes_and_its_reverse_is_opposite_to_the_claim():
     table = long_table({("base", s): [0.0] for s in range(3)} | {("a", s): [5 + 0.1 * s] for s in range(3)})
-    checks, _ = judge(experiment(Check("a", "m", "higher", baseline="base")), table)
-    assert checks["passed"].tolist() == [True]
+    checks, _ = judge(experiment(Check("a", "m", "higher", baseline="base"), Check("a", "m", "lower", "all", "base")),
+                      table)  # fmt: skip
+    assert checks["passed"].tolist() == [True, False]
+    assert checks["outcome"].tolist() == ["as claimed", "opposite to the claim"]
 
 
 def test_seeds_asked_is_the_most_any_unresolved_check_needs():
@@ -116,7 +120,7 @@ def test_a_pilot_then_one_extension_then_the_report(tmp_path, monkeypatch):
         "**Source.** tests/test_reproduce.py",
         "of 2 checks did not pass at 3",
         "| renamed − base | `lab/success_rate`, `last_20pct` | > 0 | +0 [+0, +0], p=n/a, n=3 pairs; no pair "
-        "differs | **no** |",
+        "differs | **no**: unresolved |",
         "a pilot of 2; its unresolved checks asked for more than any number",
         "cap 3; ran seeds 0–2 (3)",
         "- note: a note",

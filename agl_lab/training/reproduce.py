@@ -37,8 +37,8 @@ ZERO_TOL = 1e-9  # |value| at or below this counts as 0 (float rounding of a mas
 class Reproduction:
     experiment: Experiment
     sweep: SweepResult
-    checks: pd.DataFrame  # one line per check: the effects columns + window, expect, verdict, passed
-    shown: pd.DataFrame  # the same for the shown metrics (passed: NaN)
+    checks: pd.DataFrame  # one line per check: the effects columns + window, expect, verdict, passed, outcome
+    shown: pd.DataFrame  # the same for the shown metrics (passed: NaN, outcome: "")
     pilot_seeds: int
     seeds_asked: float | None  # the largest seeds_needed of the pilot's unresolved checks (None: none unresolved)
     max_seeds: int
@@ -126,8 +126,9 @@ def _judge(check: Check, table: pd.DataFrame) -> dict:
     except (ValueError, KeyError) as exc:  # KeyError: the setting has no finished run
         reason = str(exc) if isinstance(exc, ValueError) else f"no finished run of {exc}"
         base = {"setting": check.setting, "baseline": check.baseline or "", "metric": check.metric, "n_pairs": 0}
-        passed = np.nan if check.expect == "none" else False
-        return base | where | {"verdict": f"{check.setting}: not judged: {reason}", "passed": passed}
+        passed, outcome = (np.nan, "") if check.expect == "none" else (False, "not judged")
+        line = f"{check.setting}: not judged: {reason}"
+        return base | where | {"verdict": line, "passed": passed, "outcome": outcome}
 
 
 def _judged(check: Check, table: pd.DataFrame) -> dict:
@@ -139,7 +140,8 @@ def _judged(check: Check, table: pd.DataFrame) -> dict:
         line = (f"{check.setting}: {check.metric} within ±{ZERO_TOL:g} at every step of {runs} runs "
                 f"(largest |value| {largest:.2g})")  # fmt: skip
         return {"setting": check.setting, "baseline": "", "metric": check.metric, "n_pairs": runs,
-                "mean_diff": largest, "verdict": line, "passed": passed}  # fmt: skip
+                "mean_diff": largest, "verdict": line, "passed": passed,
+                "outcome": "as claimed" if passed else "not zero"}  # fmt: skip
     if check.baseline is None:
         values = run_values(table, metric=check.metric, window=check.window)
         row = {"setting": check.setting, "baseline": "0", "metric": check.metric, **one_sample(values[check.setting])}
@@ -147,7 +149,9 @@ def _judged(check: Check, table: pd.DataFrame) -> dict:
         effects = compare_settings(table, baseline=check.baseline, metric=check.metric, window=check.window)
         row = effects.set_index("setting").loc[check.setting].to_dict() | {"setting": check.setting}
     if check.expect == "none":
-        return row | {"verdict": verdict(row), "passed": np.nan}
+        return row | {"verdict": verdict(row), "passed": np.nan, "outcome": ""}
     sign = 1 if check.expect == "higher" else -1
-    passed = bool(min(sign * row["ci_low"], sign * row["ci_high"]) > 0)  # NaN compares False: not passed
-    return row | {"verdict": verdict(row), "passed": passed}
+    low, high = sorted((sign * row["ci_low"], sign * row["ci_high"]))  # on the claimed side when low > 0
+    passed = bool(low > 0)  # NaN compares False: not passed
+    outcome = "as claimed" if passed else "opposite to the claim" if high < 0 else "unresolved"
+    return row | {"verdict": verdict(row), "passed": passed, "outcome": outcome}

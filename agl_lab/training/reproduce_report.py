@@ -2,10 +2,11 @@
 
 Written by :func:`agl_lab.training.reproduce.run_reproduction` into the reproduction's folder
 (``runs/reproduce-<name>/``): ``report.md``; ``effects.csv`` (every check and shown comparison, the effects columns
-plus window, expectation, verdict line and whether it passed); ``forest.png`` (each comparison's difference and
-95% interval, :mod:`agl_lab.curves.forest`); one ``bands-<metric>.png`` per metric compared (mean and 95% t-interval
-per step over the seeds, :mod:`agl_lab.curves.figures`); ``summary.csv`` (one line per setting). A check that did
-not pass is reported as it came out, with its numbers.
+plus window, expectation, verdict line, whether it passed and its outcome: as claimed, unresolved, or opposite to
+the claim); ``forest.png`` (each comparison's difference and 95% interval, :mod:`agl_lab.curves.forest`); one
+``bands-<metric>.png`` per metric compared (mean and 95% t-interval per step over the seeds,
+:mod:`agl_lab.curves.figures`); ``summary.csv`` (one line per setting). A check that did not pass is reported as it
+came out, with its numbers.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def report_markdown(reproduction: Reproduction, *, figures: list[str] = ()) -> s
 
 
 def _check_line(row: dict) -> str:
-    passed = "yes" if row["passed"] else "**no**"
+    passed = "yes" if row["passed"] else f"**no**: {row['outcome']}"
     head, _, measured = row["verdict"].partition(": ")
     measured = measured.replace("|", "\\|")  # "largest |value|" inside a table cell
     return f"| {head} | `{row['metric']}`, `{row['window']}` | {_EXPECT[row['expect']]} | {measured} | {passed} |"
