@@ -127,8 +127,10 @@ EXPERIMENTS: dict[str, Experiment] = {
             "gives each call 4 tokens and a fresh policy already fills ~3.9: this experiment gives each call 16 tokens "
             "(row limits raised to fit). TRL's dr_grpo is not trainable in verl; verl's seq-mean-token-sum-norm has "
             "the same per-token weight 1/(G·H). GRPO's std normalization is left on in both (only the aggregation "
-            "differs). Length = tokens per LLM call (EOS included) over the failed rollouts of a step; growth = its "
-            "mean over the last 20% of steps minus the first 20%.",
+            "differs). At the trajectory level (the default) a row merges a rollout's calls, so seq-mean-token-mean "
+            "divides by the row's trainable tokens (all its responses), not by one response's. Length = tokens per LLM "
+            "call (EOS included) over the failed rollouts of a step; growth = its mean over the last 20% of steps "
+            "minus the first 20%.",
         ),
         Experiment(
             "update-cap",
