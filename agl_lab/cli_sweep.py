@@ -61,6 +61,7 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
         default=None,
         help="every run's lab.wandb_mode (default auto: $WANDB_MODE, else offline unless a W&B key is configured)",
     )
+    sweep.set_defaults(run=run_sweep_command)
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
