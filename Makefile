@@ -69,6 +69,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_weighting.py
 	$(BIN)/python benchmarks/bench_trainer.py
 	$(BIN)/python benchmarks/bench_actor.py
+	$(BIN)/python benchmarks/bench_cli.py
 
 # JupyterLab on the repository, opened at notebooks/.
 lab: $(BIN)/.installed

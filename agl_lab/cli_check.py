@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import warnings
 
-import pandas as pd
-
 from agl_lab.cli_help import (
     SUBCOMMAND_BASES,
     print_base,
@@ -20,13 +18,7 @@ from agl_lab.cli_help import (
     print_settings,
     shown,
 )
-from agl_lab.config.checks import lab_estimator_problem
-from agl_lab.config.compose import BASES, compose_from
-from agl_lab.config.doctor import diagnose
-from agl_lab.config.secrets import redacted_yaml
-from agl_lab.core.pipeline import mini_batch_rows, prepare_batch
-from agl_lab.core.rows import rows_frame
-from agl_lab.lab.examples import example_rows
+from agl_lab.config.compose import BASES
 
 __all__ = ["add_check_parser", "run_check_command"]
 
@@ -49,6 +41,16 @@ def run_check_command(args: argparse.Namespace) -> int:
 
 
 def _check(dotlist: list[str], *, show_config: bool, base: str) -> int:
+    import pandas as pd
+
+    from agl_lab.config.checks import lab_estimator_problem
+    from agl_lab.config.compose import compose_from
+    from agl_lab.config.doctor import diagnose
+    from agl_lab.config.secrets import redacted_yaml
+    from agl_lab.core.pipeline import mini_batch_rows, prepare_batch
+    from agl_lab.core.rows import rows_frame
+    from agl_lab.lab.examples import example_rows
+
     cfg = compose_from(base, dotlist=dotlist)
     if show_config:
         print(redacted_yaml(cfg))

@@ -12,13 +12,8 @@ from __future__ import annotations
 
 import sys
 
-from omegaconf import OmegaConf
-
 from agl_lab import __version__
 from agl_lab.config.compose import BASES, ConfigError, compose_from
-from agl_lab.config.doctor import diagnose
-from agl_lab.config.modes import LOSS_MODES, mode_from_config
-from agl_lab.config.settings import SETTINGS
 from agl_lab.exit_codes import EXIT_CODES, help_epilog
 
 __all__ = ["DESCRIPTION", "EPILOG", "EXIT_CODES", "SUBCOMMAND_BASES", "print_base", "print_findings"]
@@ -57,6 +52,8 @@ def print_base(base: str) -> None:
 
 def print_launch_view(dotlist: list[str]) -> None:
     """What the doctor says of the config ``launch`` would send with the same dotlist (base agl)."""
+    from agl_lab.config.doctor import diagnose
+
     try:
         errors = [f for f in diagnose(compose_from(SUBCOMMAND_BASES["launch"], dotlist=dotlist)) if f.level == "error"]
     except ConfigError:  # the same dotlist problem was reported above
@@ -84,6 +81,8 @@ def version() -> str:
 
 def print_settings_and_findings(cfg) -> bool:
     """The three settings and the doctor's findings; False when the doctor found an error."""
+    from agl_lab.config.doctor import diagnose
+
     print_settings(cfg)
     findings = diagnose(cfg)
     print("\nDoctor:" + ("" if findings else " no findings"))
@@ -100,6 +99,11 @@ def print_findings(findings) -> bool:
 def print_settings(cfg) -> None:
     """The settings of the catalogue as resolved (label, key, value), with Agent Lightning's default where they
     differ, and the loss mode the catalogue names for the combination."""
+    from omegaconf import OmegaConf
+
+    from agl_lab.config.modes import LOSS_MODES, mode_from_config
+    from agl_lab.config.settings import SETTINGS
+
     print("The per-rollout settings, as resolved:")
     for key, setting in SETTINGS.items():
         default = setting.default
@@ -112,6 +116,8 @@ def print_settings(cfg) -> None:
 
 def shown(cfg, key: str) -> str:
     """The value of ``key`` in ``cfg`` as the CLI prints it (null, true/false, "null (no cap)" for the cap)."""
+    from omegaconf import OmegaConf
+
     return _show_value(key, OmegaConf.select(cfg, key))
 
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from agl_lab.cli_help import SUBCOMMAND_BASES, print_base, print_settings_and_findings
-from agl_lab.config.compose import BASES, compose_from
+from agl_lab.config.compose import BASES
 
 __all__ = ["add_launch_parser", "run_launch_command"]
 
@@ -38,6 +38,7 @@ def run_launch_command(args: argparse.Namespace) -> int:
 
 
 def _launch(dotlist: list[str], *, name: str, out: str | None, base: str) -> int:
+    from agl_lab.config.compose import compose_from
     from agl_lab.config.handoff import INSTALL_HINT, export_experiment, launch_blockers
 
     cfg = compose_from(base, dotlist=dotlist)

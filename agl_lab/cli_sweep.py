@@ -17,10 +17,7 @@ import datetime
 from pathlib import Path
 
 from agl_lab.cli_help import SUBCOMMAND_BASES, print_base
-from agl_lab.config.grid import sweep_grid
-from agl_lab.config.settings import DEMO_SETTINGS
-from agl_lab.curves.bands import BAND_LABELS
-from agl_lab.curves.summary import number
+from agl_lab.curves.band_kinds import BAND_LABELS
 
 __all__ = ["add_sweep_parser", "run_sweep_command"]
 
@@ -36,7 +33,7 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
         help="settings x seeds (key=a,b makes one setting per value); figures with bands and a summary table",
         description=(
             "Trains every combination of the values given as key=a,b at every seed; key=value items apply to every "
-            f"run. Without a key=a,b item it sweeps the demo's settings ({', '.join(DEMO_SETTINGS)}). Each run "
+            "run. Without a key=a,b item it sweeps the settings agl-lab demo trains side by side. Each run "
             "composes from base short-run, like agl-lab train. The same command with the same --out skips finished "
             "runs and reruns failed or interrupted ones. Writes the demo's panels (bands across seeds), summary.csv "
             "and summary.md into the sweep folder and prints the folder last."
@@ -66,6 +63,9 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
 
 def run_sweep_command(args: argparse.Namespace) -> int:
     """Run ``agl-lab sweep``; 0 when every run finished, 1 when a run failed (the others are kept), 130 on Ctrl-C."""
+    from agl_lab.config.grid import sweep_grid
+    from agl_lab.config.settings import DEMO_SETTINGS
+    from agl_lab.curves.summary import number
     from agl_lab.training.demo import demo_summary, save_results
     from agl_lab.training.sweep import plan_sweep, run_sweep
 

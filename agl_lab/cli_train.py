@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-import pandas as pd
-
 from agl_lab.cli_help import SUBCOMMAND_BASES, print_base, print_settings_and_findings
-from agl_lab.config.compose import compose_from
 from agl_lab.exit_codes import TrainedNothingError
 
 __all__ = ["add_train_parser", "run_train_command"]
@@ -31,6 +28,9 @@ def run_train_command(args: argparse.Namespace) -> int:
 
 
 def _train(dotlist: list[str], *, show_config: bool) -> int:
+    import pandas as pd
+
+    from agl_lab.config.compose import compose_from
     from agl_lab.curves.summary import SUCCESS, success_first_last
     from agl_lab.training.runs import resolved_config_yaml
     from agl_lab.training.trainer import train

@@ -1,5 +1,6 @@
 """The real entry points: the ``agl-lab`` console script and ``python -m agl_lab``."""
 
+import json
 import re
 import subprocess
 import sys
@@ -29,6 +30,36 @@ def test_version_and_help_tell_the_bases_and_the_exit_statuses(capsys):
     assert "exit codes:" in help_text and "    3  launch: exported" in help_text and "  130  stopped" in help_text
     sweep_help = in_process(capsys, "sweep", "--help")
     assert "--seeds" in sweep_help and "ci95 = mean and 95% t-interval of the mean" in " ".join(sweep_help.split())
+
+
+# Printing text must not load the stack: the stack alone takes seconds to import, and a command line answers at once.
+HELP_PROBE = """
+import contextlib, io, json, re, sys
+from agl_lab.cli import main
+
+def run(args):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        main(args)
+    return out.getvalue()
+
+names = re.search(r"{(\\w+(?:,\\w+)+)}", run(["--help"])).group(1).split(",")
+loaded = {}
+for args in (["--version"], ["--help"], *([name, "--help"] for name in names)):
+    run(args)
+    heavy = sorted(m for m in ("verl", "torch", "ray", "pandas", "matplotlib", "scipy") if m in sys.modules)
+    loaded[" ".join(args)] = heavy
+print(json.dumps({"names": names, "loaded": loaded}))
+"""
+
+
+def test_help_and_version_load_neither_verl_nor_torch_nor_ray():
+    result = subprocess.run([sys.executable, "-c", HELP_PROBE], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    probe = json.loads(result.stdout.splitlines()[-1])
+    assert {"check", "train", "demo", "sweep", "launch", "lab"} <= set(probe["names"])
+    assert len(probe["loaded"]) == len(probe["names"]) + 2
+    assert {args: heavy for args, heavy in probe["loaded"].items() if heavy} == {}
 
 
 def in_process(capsys, *args) -> str:

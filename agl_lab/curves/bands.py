@@ -16,20 +16,14 @@ Notebook: ``notebooks/04_reproduce_curves.ipynb``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 import pandas as pd
 from scipy.stats import t as student_t
 
-__all__ = ["BAND_LABELS", "Band", "bands", "smoothed"]
+from agl_lab.curves.band_kinds import BAND_LABELS, Band
 
-Band = Literal["ci95", "std", "seeds"]
-BAND_LABELS = {
-    "ci95": "mean and 95% t-interval of the mean over n seeds",
-    "std": "mean ± 1 std over n seeds",
-    "seeds": "mean over n seeds (thick) and each seed (thin)",
-}
+__all__ = ["BAND_LABELS", "Band", "bands", "smoothed"]
 
 
 def bands(
