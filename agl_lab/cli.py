@@ -14,7 +14,7 @@ One module per subcommand, each with ``add_<name>_parser(commands)`` (its option
 
 Every failure reaches the user as one line on stderr and a documented exit code (:mod:`agl_lab.exit_codes`, listed
 by ``agl-lab --help``); ``--debug`` adds the traceback. Secrets given on the command line or in the environment are
-masked in everything printed.
+masked in everything printed. ``key=value`` items may stand anywhere among the options (:mod:`agl_lab.cli_dotlist`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import sys
 
 from agl_lab.cli_check import add_check_parser
 from agl_lab.cli_demo import add_demo_parser
+from agl_lab.cli_dotlist import split_dotlist
 from agl_lab.cli_help import DESCRIPTION, EPILOG, version
 from agl_lab.cli_lab import add_lab_parser
 from agl_lab.cli_launch import add_launch_parser
@@ -33,7 +34,7 @@ from agl_lab.cli_train import add_train_parser
 from agl_lab.config.secrets import secret_values
 from agl_lab.exit_codes import MaskingParser, report_errors
 
-__all__ = ["SUBCOMMANDS", "main"]
+__all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
 # The subcommands, in the order --help lists them: each adds its parser and sets the function that runs it.
 SUBCOMMANDS = (add_check_parser, add_train_parser, add_demo_parser, add_launch_parser, add_sweep_parser, add_lab_parser)
@@ -42,18 +43,23 @@ SUBCOMMANDS = (add_check_parser, add_train_parser, add_demo_parser, add_launch_p
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     MaskingParser.secrets = secret_values(argv)
-    parser = _parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra and args.command != "lab":
+    parser, commands = build_parser()
+    words, dotlist = split_dotlist(argv, commands=commands.choices)
+    args, extra = parser.parse_known_args(words)
+    if hasattr(args, "dotlist"):
+        args.dotlist = dotlist
+    if hasattr(args, "other_args"):  # a subcommand that hands on what it does not know (lab: to jupyter lab)
+        args.other_args = extra
+    elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    args.jupyter_args = extra
     result: list[int] = []
     with report_errors(debug=args.debug, secrets=MaskingParser.secrets, result=result):
         result.append(args.run(args))
     return result[0]
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    """``agl-lab``'s parser and its subcommands (the subparsers action: ``.choices`` maps each name to its parser)."""
     parser = MaskingParser(
         prog="agl-lab", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -65,4 +71,4 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser = functools.partial(commands.add_parser, parents=[common])
     for add_subcommand in SUBCOMMANDS:
         add_subcommand(commands)
-    return parser
+    return parser, commands

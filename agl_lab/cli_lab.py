@@ -17,12 +17,12 @@ def add_lab_parser(commands: argparse._SubParsersAction) -> None:
         parents=[],  # no --debug of agl-lab's here: jupyter's own --debug passes through
         help="open JupyterLab on the repository's notebooks (other options go to jupyter lab)",
     )
-    lab.set_defaults(run=run_lab_command)
+    lab.set_defaults(run=run_lab_command, other_args=[])
 
 
 def run_lab_command(args: argparse.Namespace) -> int:
     """Run ``agl-lab lab``: jupyter lab's exit status, 2 without a clone's notebooks/."""
-    return _lab(args.jupyter_args)
+    return _lab(args.other_args)
 
 
 def _lab(jupyter_args: list[str]) -> int:

@@ -19,7 +19,9 @@ from pathlib import Path
 from agl_lab.cli_help import SUBCOMMAND_BASES, print_base
 from agl_lab.curves.band_kinds import BAND_LABELS
 
-__all__ = ["add_sweep_parser", "run_sweep_command"]
+__all__ = ["DEFAULT_SEEDS", "add_sweep_parser", "run_sweep_command", "seed_list"]
+
+DEFAULT_SEEDS = (0, 1, 2)
 
 _EXAMPLE = (
     "agl-lab sweep algorithm.enable_rollout_level_advantage=true,false agentlightning.max_ppo_update_times=null,2"
@@ -43,7 +45,14 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
     sweep.add_argument(
         "dotlist", nargs="*", help="key=value for every run; key=a,b (several values) makes one setting per value"
     )
-    sweep.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="lab.seed of each run (default 0 1 2)")
+    sweep.add_argument(
+        "--seeds",
+        type=seed_list,
+        nargs="+",
+        default=None,
+        metavar="SEEDS",
+        help=f"lab.seed of each run: 0 1 2, 0,1,2 or a range 0-4 (default {' '.join(map(str, DEFAULT_SEEDS))})",
+    )
     sweep.add_argument("--out", default=None, help="sweep folder (default: a fresh sweeps/<time>/); reused: resumes")
     sweep.add_argument(
         "--executor", choices=("ray", "serial"), default="ray", help="ray: runs in parallel on the cores (default)"
@@ -69,21 +78,22 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     from agl_lab.training.demo import demo_summary, save_results
     from agl_lab.training.sweep import plan_sweep, run_sweep
 
+    seeds = [seed for given in args.seeds for seed in given] if args.seeds else list(DEFAULT_SEEDS)
     settings, common = sweep_grid(args.dotlist)
     if not settings:
         settings = {name: tuple(items) for name, items in DEMO_SETTINGS.items()}
     out = Path(args.out) if args.out else Path("sweeps") / f"{datetime.datetime.now():%Y%m%d-%H%M%S}"
     print_base(SUBCOMMAND_BASES["sweep"])
-    plan_sweep(settings, args.seeds, sweep_dir=out, dotlist=common)  # every run's config checked before any runs
-    seeds = " ".join(str(s) for s in args.seeds)
-    print(f"Sweep: {len(settings)} settings x {len(args.seeds)} seeds ({seeds}), {args.executor}, in {out}/")
+    plan_sweep(settings, seeds, sweep_dir=out, dotlist=common)  # every run's config checked before any runs
+    listed = " ".join(map(str, seeds))
+    print(f"Sweep: {len(settings)} settings x {len(seeds)} seeds ({listed}), {args.executor}, in {out}/")
     width = max(len(name) for name in settings)
     for name, items in settings.items():
         print(f"  {name:<{width}}  {' '.join(items) or '(the base as it is)'}")
     if common:
         print(f"  every run: {' '.join(common)}")
     result = run_sweep(
-        settings, args.seeds, sweep_dir=out, dotlist=common, executor=args.executor, wandb_mode=args.wandb_mode
+        settings, seeds, sweep_dir=out, dotlist=common, executor=args.executor, wandb_mode=args.wandb_mode
     )
     save_results(result, out, band=args.band)
     failed = result.cells[result.cells.status != "done"]
@@ -97,3 +107,21 @@ def run_sweep_command(args: argparse.Namespace) -> int:
             print(f"  {path}")
     print(out.resolve())
     return 130 if result.stopped else (1 if len(failed) else 0)
+
+
+def seed_list(text: str) -> list[int]:
+    """One ``--seeds`` value as seeds: ``3``, ``0,1,2`` or the range ``0-4`` (both ends included), or a mix."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        low, dash, high = part.partition("-")
+        try:
+            first = int(low)
+            last = int(high) if dash else first
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a seed: give integers (0 1 2), a list (0,1,2) or a range (0-4)"
+            ) from None
+        if last < first:
+            raise argparse.ArgumentTypeError(f"{part!r} is an empty range: the first seed comes first (0-4)")
+        seeds += range(first, last + 1)
+    return seeds

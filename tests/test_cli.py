@@ -6,8 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import agl_lab
 from agl_lab.cli import main
+from agl_lab.cli_sweep import seed_list
 from agl_lab.config.compose import BASES
 from agl_lab.config.modes import LOSS_MODES
 from conftest import TINY_RUN
@@ -36,6 +39,7 @@ def test_version_and_help_tell_the_bases_and_the_exit_statuses(capsys):
 HELP_PROBE = """
 import contextlib, io, json, re, sys
 from agl_lab.cli import main
+from agl_lab.cli_sweep import seed_list
 
 def run(args):
     out = io.StringIO()
@@ -210,11 +214,54 @@ def test_several_values_are_refused_outside_sweep():
     assert "lab.seed=0,1: several values (a sweep) are accepted only by `agl-lab sweep`" in result.stderr
 
 
+def test_a_typod_value_is_one_error_naming_the_nearest_and_nothing_runs(capsys, tmp_path):
+    typo = "actor_rollout_ref.actor.policy_loss.loss_mode=per_rollout_maen"
+    error = (
+        "actor_rollout_ref.actor.policy_loss.loss_mode: unknown value 'per_rollout_maen' (did you mean "
+        "'per_rollout_mean'?) -> fix: use one of: "
+    )
+    # train: the item after --show-config counts (lab.seed: 7), the doctor says one thing, on stderr, and stops
+    capsys.readouterr()
+    assert main(["train", "--show-config", "lab.seed=7", typo]) == 1
+    out, err = capsys.readouterr()
+    assert "\n  seed: 7\n" in out and "warning" not in out and "note" not in out
+    assert len(err.splitlines()) == 1 and err.startswith(f"  error   {error}")
+    # sweep: --seeds takes its seeds and leaves the item; every setting is checked before anything is created
+    out_dir = tmp_path / "sweep"
+    argv = ["sweep", "--seeds", "0", "1", f"{typo},vanilla", "--executor", "serial", "--out", str(out_dir)]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == f"Base: short-run = {BASES['short-run'].label}\n"
+    assert len(err.splitlines()) == 1 and err.startswith(f"agl-lab: config error: {error}")
+    assert not out_dir.exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "seeds"), [("3", [3]), ("0,1,2", [0, 1, 2]), ("0-4", [0, 1, 2, 3, 4]), ("7,0-1", [7, 0, 1])]
+)
+def test_seeds_are_integers_lists_or_ranges(given, seeds):
+    assert seed_list(given) == seeds
+
+
+@pytest.mark.parametrize(
+    ("given", "error"),
+    [
+        ("0-x", "'0-x' is not a seed: give integers (0 1 2), a list (0,1,2) or a range (0-4)"),
+        ("1,,2", "'1,,2' is not a seed"),
+        ("4-1", "'4-1' is an empty range: the first seed comes first (0-4)"),
+    ],
+)
+def test_a_seed_that_is_none_is_a_usage_error(capsys, given, error):
+    with pytest.raises(SystemExit) as exit_:
+        main(["sweep", "--seeds", given])
+    assert exit_.value.code == 2 and f"argument --seeds: {error}" in capsys.readouterr().err
+
+
 def test_sweep_trains_settings_times_seeds_and_writes_the_demos_files(tmp_path):
     out = tmp_path / "sweep"
-    result = run(
-        "sweep", "agentlightning.max_ppo_update_times=null,1", *TINY_RUN, "--seeds", "0", "1", "--executor", "serial",
-        "--out", str(out), "--wandb-mode", "disabled", "--band", "seeds",
+    result = run(  # in the order people type: options, then the items (--seeds never takes one)
+        "sweep", "--seeds", "0-1", *TINY_RUN, "--executor", "serial", "--out", str(out),
+        "agentlightning.max_ppo_update_times=null,1", "--wandb-mode", "disabled", "--band", "seeds",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
