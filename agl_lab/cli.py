@@ -68,6 +68,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]
     common = argparse.ArgumentParser(add_help=False)  # every subcommand takes --debug too (after its name)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", required=True)
+    # each subcommand's parser takes --debug too; one that hands on what it does not know passes parents=[] (lab)
     commands.add_parser = functools.partial(commands.add_parser, parents=[common])
     for add_subcommand in SUBCOMMANDS:
         add_subcommand(commands)

@@ -1,13 +1,13 @@
 """``agl-lab sweep``: settings × seeds from the command line, written like the demo (figures, summary table).
 
 ``agl-lab sweep algorithm.enable_rollout_level_advantage=true,false --seeds 0 1 2`` trains every combination of the
-values given as ``key=a,b`` (:func:`agl_lab.config.grid.sweep_grid`) at every seed; single-valued items apply to
-every run. Without an item of several values it sweeps the demo's settings
-(:data:`agl_lab.config.settings.DEMO_SETTINGS`): notebook 04's sweep from a shell. Each run composes from the
-short-run preset (base ``short-run``) like ``agl-lab train``. The sweep is :func:`agl_lab.run_sweep`: the same
-command with the same ``--out`` skips finished runs and reruns failed or interrupted ones. It writes
-:func:`agl_lab.training.demo.save_results`' panels (bands across seeds) and ``summary.csv``/``summary.md``, and
-prints the sweep's folder last.
+values given as ``key=a,b`` (:func:`agl_lab.config.grid.sweep_grid`) at every seed (``--seeds 0 1 2``, ``0,1,2``
+or ``0-4``: :func:`seed_list`); single-valued items apply to every run. Without an item of several values it sweeps
+the demo's settings (:data:`agl_lab.config.settings.DEMO_SETTINGS`): notebook 04's sweep from a shell. Each run
+composes from the short-run preset (base ``short-run``) like ``agl-lab train``. The sweep is
+:func:`agl_lab.run_sweep`: the same command with the same ``--out`` skips finished runs and reruns failed or
+interrupted ones. It writes :func:`agl_lab.training.demo.save_results`' panels (bands across seeds) and
+``summary.csv``/``summary.md``, and prints the sweep's folder last.
 """
 
 from __future__ import annotations
