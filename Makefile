@@ -69,10 +69,11 @@ bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_weighting.py
 	$(BIN)/python benchmarks/bench_trainer.py
 	$(BIN)/python benchmarks/bench_actor.py
+	$(BIN)/python benchmarks/bench_cli.py
 
-# JupyterLab on the repository, opened at notebooks/.
+# JupyterLab on the repository's notebooks/ (agl-lab lab DIR copies them into DIR first, keeping edited copies).
 lab: $(BIN)/.installed
-	$(BIN)/agl-lab lab
+	$(BIN)/agl-lab lab notebooks
 
 # Re-run the browser tests and keep their screenshots in docs/screenshots/ (the README shows them).
 screenshots: $(BIN)/.oracle /usr/bin/chromium

@@ -45,6 +45,7 @@ def add_reproduce_parser(commands: argparse._SubParsersAction) -> None:
         default=None,
         help="every run's lab.wandb_mode (default auto: $WANDB_MODE, else offline unless a W&B key is configured)",
     )
+    reproduce.set_defaults(run=run_reproduce_command)
 
 
 def run_reproduce_command(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from scipy.stats import ttest_rel
 
 import agl_lab
 from agl_lab.cli import main
+from agl_lab.cli_sweep import seed_list
 from agl_lab.config.compose import BASES
 from agl_lab.config.modes import LOSS_MODES
 from conftest import TINY_RUN
@@ -35,6 +36,37 @@ def test_version_and_help_tell_the_bases_and_the_exit_statuses(capsys):
     sweep_help = in_process(capsys, "sweep", "--help")
     assert "--seeds" in sweep_help and "ci95 = mean and 95% t-interval of the mean" in " ".join(sweep_help.split())
     assert "--baseline" in sweep_help
+
+
+# Printing text must not load the stack: the stack alone takes seconds to import, and a command line answers at once.
+HELP_PROBE = """
+import contextlib, io, json, re, sys
+from agl_lab.cli import main
+from agl_lab.cli_sweep import seed_list
+
+def run(args):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        main(args)
+    return out.getvalue()
+
+names = re.search(r"{(\\w+(?:,\\w+)+)}", run(["--help"])).group(1).split(",")
+loaded = {}
+for args in (["--version"], ["--help"], *([name, "--help"] for name in names)):
+    run(args)
+    heavy = sorted(m for m in ("verl", "torch", "ray", "pandas", "matplotlib", "scipy") if m in sys.modules)
+    loaded[" ".join(args)] = heavy
+print(json.dumps({"names": names, "loaded": loaded}))
+"""
+
+
+def test_help_and_version_load_neither_verl_nor_torch_nor_ray():
+    result = subprocess.run([sys.executable, "-c", HELP_PROBE], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    probe = json.loads(result.stdout.splitlines()[-1])
+    assert {"check", "train", "demo", "sweep", "launch", "lab"} <= set(probe["names"])
+    assert len(probe["loaded"]) == len(probe["names"]) + 2
+    assert {args: heavy for args, heavy in probe["loaded"].items() if heavy} == {}
 
 
 def in_process(capsys, *args) -> str:
@@ -198,11 +230,54 @@ def test_several_values_are_refused_outside_sweep():
     assert "lab.seed=0,1: several values (a sweep) are accepted only by `agl-lab sweep`" in result.stderr
 
 
+def test_a_typod_value_is_one_error_naming_the_nearest_and_nothing_runs(capsys, tmp_path):
+    typo = "actor_rollout_ref.actor.policy_loss.loss_mode=per_rollout_maen"
+    error = (
+        "actor_rollout_ref.actor.policy_loss.loss_mode: unknown value 'per_rollout_maen' (did you mean "
+        "'per_rollout_mean'?) -> fix: use one of: "
+    )
+    # train: the item after --show-config counts (lab.seed: 7), the doctor says one thing, on stderr, and stops
+    capsys.readouterr()
+    assert main(["train", "--show-config", "lab.seed=7", typo]) == 1
+    out, err = capsys.readouterr()
+    assert "\n  seed: 7\n" in out and "warning" not in out and "note" not in out
+    assert len(err.splitlines()) == 1 and err.startswith(f"  error   {error}")
+    # sweep: --seeds takes its seeds and leaves the item; every setting is checked before anything is created
+    out_dir = tmp_path / "sweep"
+    argv = ["sweep", "--seeds", "0", "1", f"{typo},vanilla", "--executor", "serial", "--out", str(out_dir)]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == f"Base: short-run = {BASES['short-run'].label}\n"
+    assert len(err.splitlines()) == 1 and err.startswith(f"agl-lab: config error: {error}")
+    assert not out_dir.exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "seeds"), [("3", [3]), ("0,1,2", [0, 1, 2]), ("0-4", [0, 1, 2, 3, 4]), ("7,0-1", [7, 0, 1])]
+)
+def test_seeds_are_integers_lists_or_ranges(given, seeds):
+    assert seed_list(given) == seeds
+
+
+@pytest.mark.parametrize(
+    ("given", "error"),
+    [
+        ("0-x", "'0-x' is not a seed: give integers (0 1 2), a list (0,1,2) or a range (0-4)"),
+        ("1,,2", "'1,,2' is not a seed"),
+        ("4-1", "'4-1' is an empty range: the first seed comes first (0-4)"),
+    ],
+)
+def test_a_seed_that_is_none_is_a_usage_error(capsys, given, error):
+    with pytest.raises(SystemExit) as exit_:
+        main(["sweep", "--seeds", given])
+    assert exit_.value.code == 2 and f"argument --seeds: {error}" in capsys.readouterr().err
+
+
 def test_sweep_trains_settings_times_seeds_and_writes_the_demos_files(tmp_path):
     out = tmp_path / "sweep"
-    result = run(
-        "sweep", "agentlightning.max_ppo_update_times=null,1", *TINY_RUN, "--seeds", "0", "1", "--executor", "serial",
-        "--out", str(out), "--wandb-mode", "disabled", "--band", "seeds",
+    result = run(  # in the order people type: options, then the items (--seeds never takes one)
+        "sweep", "--seeds", "0-1", *TINY_RUN, "--executor", "serial", "--out", str(out),
+        "agentlightning.max_ppo_update_times=null,1", "--wandb-mode", "disabled", "--band", "seeds",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
@@ -271,10 +346,3 @@ def test_reproduce_lists_its_experiments_refuses_unknown_ones_and_runs_one(tmp_p
     assert sorted(p.parent.relative_to(out).as_posix() for p in out.rglob("cell.json")) == [
         f"{setting}/seed-{seed}" for setting in ("both_on", "both_on_cap2") for seed in (0, 1)
     ]
-
-
-def test_lab_starts_jupyterlab_from_this_environment_on_the_notebooks():
-    result = run("lab", "--version")  # jupyter lab answers and exits: the real command, without a server
-    assert result.returncode == 0, result.stderr
-    assert "--ServerApp.root_dir=" in result.stdout and "/lab/tree/notebooks" in result.stdout
-    assert result.stdout.strip().splitlines()[-1][0].isdigit()  # jupyterlab's version

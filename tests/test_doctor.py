@@ -3,7 +3,7 @@ from omegaconf import OmegaConf
 
 from agl_lab import ConfigError, compose_config, diagnose
 from agl_lab.config.checks import lab_estimator_problem
-from agl_lab.config.doctor import raise_for_errors, settings_frame
+from agl_lab.config.doctor import bad_keys_and_values, raise_for_errors, settings_frame
 from agl_lab.config.settings import SETTINGS
 from agl_lab.lab.examples import EXAMPLE_OVERRIDES
 
@@ -154,6 +154,19 @@ def test_errors_name_the_key_and_the_fix(dotlist, key, text):
     assert errors[0].fix
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         raise_for_errors(errors)
+
+
+def test_a_typod_value_is_the_one_finding():
+    # without the stop, 'per_rollout_maen' also drew a warning (rollout-level advantage without per_rollout_mean)
+    # and the no-cap note: advice about a value that does not exist
+    typo = "actor_rollout_ref.actor.policy_loss.loss_mode=per_rollout_maen"
+    assert [(f.level, f.key) for f in findings(typo)] == [("error", "actor_rollout_ref.actor.policy_loss.loss_mode")]
+    cfg = compose_config(overrides=EXAMPLE_OVERRIDES, dotlist=[typo])
+    assert bad_keys_and_values(cfg) == diagnose(cfg)
+    assert (
+        bad_keys_and_values(compose_config(overrides=EXAMPLE_OVERRIDES, dotlist=["algorithm.adv_estimator=remax"]))
+        == []
+    )
 
 
 def test_misspelt_keys_and_wrong_types_in_a_config_from_elsewhere():

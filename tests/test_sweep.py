@@ -112,6 +112,12 @@ def test_a_failing_cell_never_loses_the_others(tmp_path):
         ({"a": []}, [], ValueError, "seeds is empty"),
         ({"a/b": []}, [0], ValueError, "setting name 'a/b' must be letters"),
         ({"a": ["agentlightning.max_ppo_update_time=2"]}, [0], ConfigError, "did you mean"),
+        (  # a typo'd value too (the doctor's errors about known values fail their cell alone, see above)
+            {"a": [], "b": ["actor_rollout_ref.actor.policy_loss.loss_mode=per_rollout_maen"]},
+            [0],
+            ConfigError,
+            "unknown value 'per_rollout_maen' (did you mean 'per_rollout_mean'?)",
+        ),
     ],
 )
 def test_bad_sweeps_fail_before_anything_runs(tmp_path, settings, seeds, error, text):

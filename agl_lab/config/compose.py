@@ -31,7 +31,6 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from agl_lab.config.key_types import default_value, expected_value, type_problem
-from agl_lab.config.lab_config import LabConfig
 from agl_lab.config.secrets import redact_argv
 from agl_lab.config.tree import leaves, paths
 
@@ -71,6 +70,8 @@ class ConfigError(ValueError):
 @functools.lru_cache(maxsize=1)
 def shared_base() -> DictConfig:
     """The composed base (:func:`base_config`), one object shared by every reader: never modify it."""
+    from agl_lab.config.lab_config import LabConfig  # here, not at the top: it loads the loss module (torch, verl)
+
     saved = copy.deepcopy(GlobalHydra.instance()) if GlobalHydra.instance().is_initialized() else None
     GlobalHydra.instance().clear()
     try:

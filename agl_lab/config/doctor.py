@@ -37,7 +37,7 @@ from agl_lab.config.tree import INTERPOLATION, leaves
 from agl_lab.core.aggregation import TRACE_LEVELS
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, PER_ROLLOUT_MEAN_LOSS_MODE
 
-__all__ = ["Finding", "diagnose", "findings_frame", "raise_for_errors", "settings_frame"]
+__all__ = ["Finding", "bad_keys_and_values", "diagnose", "findings_frame", "raise_for_errors", "settings_frame"]
 
 # Estimators whose advantages vary along a row: rollout-level advantage cannot broadcast them.
 TOKEN_LEVEL_ESTIMATORS = ("gae", "optimal_token_baseline", "tir_optimal_token_baseline")
@@ -51,17 +51,23 @@ ADV, PAIR_ADV = ESTIMATOR, ROLLOUT_LEVEL
 
 def diagnose(cfg: DictConfig) -> list[Finding]:
     """Every finding for ``cfg``, errors first."""
-    findings = _structure(cfg)
-    if any(f.level == "error" for f in findings):
-        return findings  # semantic checks would only repeat the same broken values
+    findings = bad_keys_and_values(cfg)
+    if findings:
+        return findings  # the checks below would reason about keys and values that do not exist
     get = _getter(cfg)
-    findings += _enums(get)
     findings += value_findings(cfg, get)
     findings += _pair(get)
     findings += _algorithm(get)
     findings += _task_rows(cfg)
     order = {"error": 0, "warning": 1, "note": 2}
     return sorted(findings, key=lambda f: order[f.level])
+
+
+def bad_keys_and_values(cfg: DictConfig) -> list[Finding]:
+    """The errors no run of ``cfg`` gets past, whatever the rest says: unknown keys, values of the wrong type, and
+    values outside a key's choices (a typo, with the nearest choice). :func:`diagnose` stops at them."""
+    findings = _structure(cfg)
+    return findings or _enums(_getter(cfg))
 
 
 def settings_frame(cfg: DictConfig) -> pd.DataFrame:
@@ -93,7 +99,7 @@ def findings_frame(findings: list[Finding]) -> pd.DataFrame:
 
 def raise_for_errors(findings: list[Finding]) -> None:
     """Raise :class:`ConfigError` with every error finding, one per line."""
-    errors = [str(f) for f in findings if f.level == "error"]
+    errors = [f"{f.key}: {f.message} -> fix: {f.fix}" for f in findings if f.level == "error"]
     if errors:
         raise ConfigError("config has problems:\n" + "\n".join(f"  - {e}" for e in errors))
 

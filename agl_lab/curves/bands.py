@@ -20,22 +20,15 @@ Notebook: ``notebooks/04_reproduce_curves.ipynb``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 import pandas as pd
 from scipy.stats import t as student_t
 
+from agl_lab.curves.band_kinds import BAND_LABELS, Band
 from agl_lab.curves.bounds import metric_bounds
 
 __all__ = ["BAND_LABELS", "Band", "bands", "smoothed"]
-
-Band = Literal["ci95", "std", "seeds"]
-BAND_LABELS = {
-    "ci95": "mean and 95% t-interval of the mean over n seeds, cut at the metric's bounds",
-    "std": "mean ± 1 std over n seeds, cut at the metric's bounds",
-    "seeds": "mean over n seeds (thick) and each seed (thin)",
-}
 
 
 def bands(

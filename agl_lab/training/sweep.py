@@ -36,6 +36,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from agl_lab.config.compose import short_run_config
+from agl_lab.config.doctor import bad_keys_and_values, raise_for_errors
 from agl_lab.config.lab_config import lab_field_rule
 from agl_lab.config.secrets import mask_secrets, secret_values
 from agl_lab.core.loss import ray_runtime_env
@@ -68,7 +69,8 @@ def plan_sweep(
     overrides: Mapping[str, Any] | None = None,
     dotlist: Sequence[str] = (),
 ) -> list[Cell]:
-    """The cells of a sweep; every cell's config is composed now, so a bad setting fails before anything runs.
+    """The cells of a sweep; every cell's config is composed now, and an unknown key or value (a typo) refused, so
+    a bad setting fails before anything runs. What the doctor refuses of known values fails that cell alone.
 
     Refused too: duplicate seeds, seeds that are not integers >= 0, setting names that differ only in case (one
     directory on many file systems), and settings that resolve to the same config.
@@ -97,6 +99,7 @@ def plan_sweep(
             )
             cfg = short_run_config(overrides, cell_dotlist)  # raises ConfigError naming the problem
             if seed == seeds[0]:  # the setting's config without its name (names flow into other keys)
+                raise_for_errors(bad_keys_and_values(cfg))  # a typo'd value; the doctor's other errors fail the cell
                 unnamed = short_run_config(overrides, (*dotlist, *items, f"lab.seed={seed}"))
                 same = configs.setdefault(config_sha256(unnamed), name)
                 if same != name:
