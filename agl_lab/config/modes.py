@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from agl_lab.config.verl_features import VerlFeature, feature_for
 from agl_lab.core import weights
 from agl_lab.core.loss import CISPO_PER_ROLLOUT_MEAN_LOSS_MODE, PER_ROLLOUT_MEAN_LOSS_MODE
 
@@ -94,9 +95,19 @@ class LossMode:
     settings: Mapping[str, Any] = field(default_factory=dict)  # dotted config keys → values; empty: not trainable
 
     @property
+    def verl_feature(self) -> VerlFeature | None:
+        """What of verl's this mode needs that not every verl agl_lab is tested on has (``token-sum``: verl 0.9)."""
+        return next((f for key, value in self.settings.items() if (f := feature_for(key, value))), None)
+
+    @property
+    def verl_problem(self) -> str | None:
+        """Why the installed verl cannot train with this mode, naming the verl it needs; None when it can."""
+        return self.verl_feature.problem() if self.verl_feature else None
+
+    @property
     def trainable(self) -> bool:
-        """Whether Agent Lightning's trainer (and the lab trainer) can train with this mode."""
-        return bool(self.settings)
+        """Whether Agent Lightning's trainer (and the lab trainer) can train with this mode on the installed verl."""
+        return bool(self.settings) and self.verl_problem is None
 
 
 def _verl(name: str, formula: str, scale: str, weight, source: str, **kw) -> LossMode:
@@ -167,17 +178,23 @@ LOSS_MODES: dict[str, LossMode] = {
 
 
 def mode_settings(mode: str) -> dict[str, Any]:
-    """The config keys (dotted → value) that select catalogue mode ``mode`` in Agent Lightning's trainer."""
+    """The config keys (dotted → value) that select catalogue mode ``mode`` in Agent Lightning's trainer.
+
+    Raises ValueError for a mode no trainer can train with, and for one the installed verl lacks (naming the verl
+    it needs).
+    """
     entry = _entry(mode)
-    if not entry.trainable:
+    if not entry.settings:
         raise ValueError(f"loss mode {mode!r} ({entry.family}) is not one Agent Lightning's trainer can train with")
+    if entry.verl_problem:
+        raise ValueError(f"loss mode {mode!r}: {entry.verl_problem}")
     return dict(entry.settings)
 
 
 def mode_from_config(cfg: DictConfig) -> str | None:
     """The catalogue mode a composed config selects, or None when no entry's keys match (say, ``gspo``)."""
     for name, entry in LOSS_MODES.items():
-        if entry.trainable and all(
+        if entry.settings and all(
             OmegaConf.select(cfg, key, default=None) == value for key, value in entry.settings.items()
         ):
             return name
@@ -212,6 +229,7 @@ def mode_table() -> str:
     ]
     for name, m in LOSS_MODES.items():
         keys = " ".join(f"`{k.rsplit('.', 1)[-1]}={v}`" for k, v in m.settings.items()) or "—"
+        keys += f" (verl ≥ {m.verl_feature.since})" if m.verl_feature else ""
         depends = ", ".join(m.depends_on) or "—"
         label = f"[{m.label}]({m.source})"
         lines.append(f"| `{name}` | {label} | `{m.formula}` | {m.scale} | {m.split} | {depends} | {keys} |")
