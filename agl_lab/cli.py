@@ -7,8 +7,8 @@ what its trainer gets). ``check --base agl`` checks exactly what ``launch`` send
 
 ``agl-lab check [key.path=value ...]`` composes the config like Agent Lightning's training scripts, prints
 the three per-rollout settings as resolved, the doctor's findings (and those of what ``launch`` would send), and
-runs trainer steps 1–5 on a small built-in batch (rollouts of 1–3 rows), printing each row's advantage mass and
-every metric.
+runs trainer steps 1–5 on an example batch of one step of the config's size (:mod:`agl_lab.lab.example_batch`),
+printing every metric (and each row's advantage mass when there are few).
 
 ``agl-lab train [key.path=value ...]`` runs a short training run (``agl_lab.short_run_config`` + the dotlist)
 and prints its run directory as the last line. ``agl-lab demo [--out DIR] [key.path=value ...]`` trains the
@@ -47,7 +47,7 @@ from agl_lab.config.settings import SETTINGS
 from agl_lab.core.pipeline import mini_batch_rows, prepare_batch
 from agl_lab.core.rows import rows_frame
 from agl_lab.exit_codes import MaskingParser, TrainedNothingError, report_errors
-from agl_lab.lab.examples import example_rows
+from agl_lab.lab.example_batch import example_batch
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,7 +121,7 @@ def _train(dotlist: list[str], *, show_config: bool) -> int:
     if show_config:
         print(resolved_config_yaml(cfg))
     print_base(SUBCOMMAND_BASES["train"])
-    if not _print_settings_and_findings(cfg):
+    if not _print_settings_and_findings(cfg, trainer=BASES[SUBCOMMAND_BASES["train"]].trainer):
         return 1
     result = train(cfg)
     history = result.history
@@ -175,7 +175,7 @@ def _launch(dotlist: list[str], *, name: str, out: str | None, base: str) -> int
 
     cfg = compose_from(base, dotlist=dotlist)
     print_base(base)
-    if not _print_settings_and_findings(cfg):
+    if not _print_settings_and_findings(cfg, trainer=BASES[base].trainer):
         print(f"Nothing exported. `agl-lab check --base {base}` with the same dotlist shows the same findings.")
         return 1
     out_dir = Path(out) if out else Path("agl_export") / name
@@ -202,10 +202,10 @@ def _lab(jupyter_args: list[str]) -> int:
     return subprocess.call(command)
 
 
-def _print_settings_and_findings(cfg) -> bool:
+def _print_settings_and_findings(cfg, *, trainer: str) -> bool:
     """The three settings and the doctor's findings; False when the doctor found an error."""
     _print_settings(cfg)
-    findings = diagnose(cfg)
+    findings = diagnose(cfg, trainer=trainer)
     print("\nDoctor:" + ("" if findings else " no findings"))
     return _print_findings(findings)
 
@@ -217,6 +217,9 @@ def _print_findings(findings) -> bool:
     return not any(f.level == "error" for f in findings)
 
 
+_LISTED_ROWS = 24  # check lists the rows after steps 1–5 up to this many
+
+
 def _check(dotlist: list[str], *, show_config: bool, base: str) -> int:
     cfg = compose_from(base, dotlist=dotlist)
     if show_config:
@@ -225,7 +228,7 @@ def _check(dotlist: list[str], *, show_config: bool, base: str) -> int:
     _print_settings(cfg)
     print(f"  {'PPO mini-batch':<26} {'(ppo_mini_batch_size x rollout.n)':<48} {mini_batch_rows(cfg)} rows")
 
-    findings = diagnose(cfg)
+    findings = diagnose(cfg, trainer=BASES[base].trainer)
     print("\nDoctor:" + ("" if findings else " no findings"))
     ok = _print_findings(findings)
     if base != SUBCOMMAND_BASES["launch"]:
@@ -236,29 +239,20 @@ def _check(dotlist: list[str], *, show_config: bool, base: str) -> int:
         print(f"\nExample batch skipped: {problem}")
         return 0
 
-    rows = example_rows()
-    print(
-        f"\nExample batch: {len(rows)} rows from {len(set(rows.non_tensor_batch['rollout_id_list']))} rollouts "
-        f"of 2 prompts (1–3 rows each; failing rollouts took more calls). Sizes for it: "
-        + " ".join(
-            f"{k}={_show(cfg, k)}"
-            for k in (
-                "data.train_batch_size",
-                "actor_rollout_ref.rollout.n",
-                "actor_rollout_ref.actor.ppo_mini_batch_size",
-            )
-        )
-    )
+    example = example_batch(cfg)  # one step of the config's size (sampled when large), or the built-in batch
+    print("\n" + "\n".join(example.lines))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        batch, metrics = prepare_batch(rows, cfg)
+        batch, metrics = prepare_batch(example.rows, example.cfg)
     for warning in caught:
         print(f"warning: {warning.message}")
-    if len(batch):
+    if 0 < len(batch) <= _LISTED_ROWS:
         print("\nRows after steps 1–5 (advantage_mass = Σ advantage·mask, the row's weight in a summed loss):")
         print(rows_frame(batch).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    elif len(batch):
+        print(f"\n{len(batch)} rows after steps 1–5 (rows are listed up to {_LISTED_ROWS})")
     print("\nMetrics:")
-    table = pd.Series(metrics, dtype=object).rename_axis("metric").rename("value")
+    table = pd.Series({**example.metrics, **metrics}, dtype=object).rename_axis("metric").rename("value")
     print(table.to_string(float_format=lambda v: f"{v:.4g}"))
     return 0
 

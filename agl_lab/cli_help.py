@@ -50,7 +50,9 @@ def print_base(base: str) -> None:
 def print_launch_view(dotlist: list[str]) -> None:
     """What the doctor says of the config ``launch`` would send with the same dotlist (base agl)."""
     try:
-        errors = [f for f in diagnose(compose_from(SUBCOMMAND_BASES["launch"], dotlist=dotlist)) if f.level == "error"]
+        base = BASES[SUBCOMMAND_BASES["launch"]]
+        findings = diagnose(compose_from(base.name, dotlist=dotlist), trainer=base.trainer)
+        errors = [f for f in findings if f.level == "error"]
     except ConfigError:  # the same dotlist problem was reported above
         return
     print("\nWhat `agl-lab launch` sends with this dotlist (base agl):" + ("" if errors else " no errors"))
