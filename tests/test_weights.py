@@ -13,10 +13,12 @@ from verl.utils.config import omega_conf_to_dataclass
 
 from agl_lab import LOSS_MODES, compose_config
 from agl_lab.config.modes import AGG_LOSS_POLICY_LOSSES
+from agl_lab.config.verl_features import VERL_FEATURES
 from agl_lab.core import weights
 from agl_lab.core.weights import TokenLayout, token_layout
 
-VERL_AGG = [name for name, mode in LOSS_MODES.items() if mode.family == "verl loss_agg_mode"]
+# verl's aggregations the installed verl has (verl 0.8.0 has no token-sum: its closed form is pinned on 0.9.1)
+VERL_AGG = [name for name, mode in LOSS_MODES.items() if mode.family == "verl loss_agg_mode" and not mode.verl_problem]
 LOSS_KEY = "actor_rollout_ref.actor.policy_loss.loss_mode"
 
 
@@ -140,13 +142,9 @@ def test_closed_form_weights_are_the_gradient_of_verls_agg_loss(lengths, size, h
 
 @functools.cache
 def actor_config():
-    """verl's ActorConfig (gspo, sapo and cispo insist on it); dro needs its beta."""
-    cfg = compose_config(
-        dotlist=[
-            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-            "actor_rollout_ref.actor.policy_loss.dro_beta=0.5",
-        ]
-    )
+    """verl's ActorConfig (gspo, sapo and cispo insist on it); dro (verl 0.9 on) needs its beta."""
+    dro = ["actor_rollout_ref.actor.policy_loss.dro_beta=0.5"] if VERL_FEATURES["dro"].available() else []
+    cfg = compose_config(dotlist=["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", *dro])
     return omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
 
 

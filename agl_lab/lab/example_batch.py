@@ -114,8 +114,8 @@ def example_batch(cfg: DictConfig) -> ExampleBatch:
     ]
     if t > 1:
         lines.append(
-            f"  tokens scaled by 1/{t}, lengths and limits alike (which rows are cut or dropped is kept): token counts "
-            f"below are 1/{t} of a real step's"
+            f"  tokens scaled by 1/{t}, lengths and limits alike (which rows are cut or dropped is kept, up to "
+            f"rounding): token counts below are 1/{t} of a real step's"
         )
     if k > 1:
         lines.append(
@@ -134,4 +134,4 @@ def _sample_factor(prompts: int, mini: int, n: int) -> tuple[int, bool]:
     for k in range(1, common + 1):
         if common % k == 0 and prompts // k * n <= MAX_ROLLOUTS:
             return k, True
-    return math.ceil(prompts * n / MAX_ROLLOUTS), False
+    return min(math.ceil(prompts * n / MAX_ROLLOUTS), prompts), False  # at least one prompt's rollouts
