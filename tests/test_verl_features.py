@@ -10,19 +10,23 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos
+from verl.utils.config import omega_conf_to_dataclass
 
 from agl_lab import compose_config, diagnose
-from agl_lab.config.modes import LOSS_MODES, mode_settings, mode_table, trainable_modes
+from agl_lab.config.modes import LOSS_MODES, mode_settings, mode_table, trainable_modes, weighing_mode
 from agl_lab.config.verl_features import (
     AGENT_LIGHTNING_VERL,
     DEFAULT_VERL,
     VERL_FEATURES,
     VERL_VERSION,
     feature_for,
+    forced_aggregation,
+    verl_notes,
     verl_problems,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+MICRO = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"]  # verl's ActorConfig wants one
 MAKEFILE = (ROOT / "Makefile").read_text()
 
 
@@ -43,6 +47,19 @@ def test_the_table_tells_the_truth_about_the_installed_verl():
             core_algos.agg_loss(torch.ones(2, 3), mask, "token-sum")
     assert ("dro" in core_algos.POLICY_LOSS_REGISTRY) == VERL_FEATURES["dro"].available()
     assert (find_spec("verl.plugin") is not None) == VERL_FEATURES["verl-actor"].available()
+    # gspo: at ratio 1 its gradient is the aggregation's; verl 0.8.0 takes seq-mean-token-mean whatever it is told
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    config = omega_conf_to_dataclass(compose_config(dotlist=MICRO).actor_rollout_ref.actor)
+    log_prob = torch.zeros(2, 3, requires_grad=True)
+    loss, _ = core_algos.get_policy_loss_fn("gspo")(
+        torch.zeros(2, 3), log_prob, torch.ones(2, 3), mask, "token-mean", config
+    )
+    (grad,) = torch.autograd.grad(loss, log_prob)
+    row_weights = (-grad * mask).sum(-1).tolist()
+    if forced_aggregation("gspo") == "seq-mean-token-mean":
+        assert row_weights == pytest.approx([0.5, 0.5])  # each row weighs 1/G, G = 2 rows
+    else:  # token-mean as told: each of the 4 tokens weighs 1/4
+        assert row_weights == pytest.approx([0.25, 0.75])
 
 
 @pytest.mark.parametrize("name", list(VERL_FEATURES))
@@ -97,3 +114,26 @@ def test_the_readme_lists_every_setting_only_verl_0_9_has():
     listed = re.findall(r"^\| `([^`]+)` \| ", section, re.M)
     assert listed == [f"{f.key}={f.value}" for f in VERL_FEATURES.values()]
     assert "make test VERL=0.8.0" in section and "make test-core VERL=0.8.0" in section
+
+
+def test_gspo_on_verl_0_8_0_weighs_as_seq_mean_token_mean_and_the_doctor_notes_it():
+    assert forced_aggregation("gspo", verl="0.8.0") == "seq-mean-token-mean"
+    assert forced_aggregation("gspo", verl="0.9.1") is None and forced_aggregation("vanilla", verl="0.8.0") is None
+    cfg = compose_config(dotlist=["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"])  # token-mean by default
+    assert verl_notes(cfg, verl="0.9.1") == []
+    assert verl_notes(cfg, verl="0.8.0") == [
+        (
+            "actor_rollout_ref.actor.loss_agg_mode",
+            "verl 0.8.0's gspo aggregates with seq-mean-token-mean whatever loss_agg_mode says (token-mean here); "
+            "verl 0.9.0 and newer honour loss_agg_mode",
+            "set actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean to say what runs, or use verl 0.9.1 "
+            "(make ... VERL=0.9.1)",
+        )
+    ]
+    said = compose_config(dotlist=["actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
+                                   "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"])  # fmt: skip
+    assert verl_notes(said, verl="0.8.0") == []
+    # the installed verl's: the catalogue weighs it as it runs, the doctor notes it where it differs
+    assert weighing_mode(cfg) == (forced_aggregation("gspo") or "token-mean")
+    notes = [f.message for f in diagnose(cfg) if f.key == "actor_rollout_ref.actor.loss_agg_mode"]
+    assert notes == [message for _, message, _ in verl_notes(cfg)]

@@ -13,7 +13,7 @@ from verl.utils.config import omega_conf_to_dataclass
 
 from agl_lab import LOSS_MODES, compose_config
 from agl_lab.config.modes import AGG_LOSS_POLICY_LOSSES
-from agl_lab.config.verl_features import VERL_FEATURES
+from agl_lab.config.verl_features import VERL_FEATURES, forced_aggregation
 from agl_lab.core import weights
 from agl_lab.core.weights import TokenLayout, token_layout
 
@@ -186,7 +186,7 @@ def test_every_registered_policy_loss_weighs_as_the_catalogue_says(name, lengths
     # 8 rows in two mini-batches of 4, at ratio 1 (log-prob = old); sapo and geo_mean aggregate their own way, the
     # others through agg_loss with the configured mode (clip_cov also zeroes a few random tokens per micro-batch)
     lay = token_layout(lengths, np.arange(8), mini_batch_rows=4, micro_batch_rows=micro, dp_size=dp, horizon=6)
-    mode = name if name in LOSS_MODES else agg_mode
+    mode = name if name in LOSS_MODES else (forced_aggregation(name) or agg_mode)  # verl 0.8.0's gspo: its own
     mask = (torch.arange(6)[None, :] < torch.tensor(lengths)[:, None]).double()  # (8, 6)
     g = torch.Generator().manual_seed(seed)
     old = -torch.rand(8, 6, generator=g, dtype=torch.float64) - 0.1

@@ -39,7 +39,7 @@ from agl_lab.config.settings import (
 )
 from agl_lab.config.task_rows import row_limit_problem
 from agl_lab.config.tree import INTERPOLATION, leaves
-from agl_lab.config.verl_features import feature_for, verl_problems
+from agl_lab.config.verl_features import feature_for, verl_notes, verl_problems
 from agl_lab.core.aggregation import TRACE_LEVELS
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, PER_ROLLOUT_MEAN_LOSS_MODE
 
@@ -70,6 +70,7 @@ def diagnose(cfg: DictConfig, *, trainer: str = "lab") -> list[Finding]:
     findings += _pair(get)
     findings += _algorithm(get)
     findings += [Finding("error", key, message, fix) for key, message, fix in verl_problems(cfg)]
+    findings += [Finding("note", key, message, fix) for key, message, fix in verl_notes(cfg)]
     if trainer == "lab":
         findings += _task_rows(cfg)
     else:  # Agent Lightning's trainer never reads lab: (launch drops it) and runs its users' agents, not the lab's task

@@ -6,7 +6,9 @@ same on both: the differential tests against Agent Lightning pass on each. A few
 from verl 0.9.0 on (:data:`VERL_FEATURES`): the ``token-sum`` loss aggregation, the ``dro`` policy loss and verl's
 platform registry (``verl.plugin``), through which ``lab.actor=verl`` runs verl's actor engine in the lab's process.
 Under an older verl the mode catalogue and the config doctor refuse them with the version each needs
-(:func:`verl_problems`) rather than fail on an import or a ``ValueError`` deep inside verl.
+(:func:`verl_problems`) rather than fail on an import or a ``ValueError`` deep inside verl. One loss also weighs
+differently: verl 0.8.0's ``gspo`` aggregates with ``seq-mean-token-mean`` whatever ``loss_agg_mode`` says (from
+0.9.0 on it honours it: :func:`forced_aggregation`); the catalogue's weights and a doctor's note follow that.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from packaging.version import Version
 
 __all__ = ["AGENT_LIGHTNING_VERL", "DEFAULT_VERL", "VERL_FEATURES", "VERL_VERSION", "VerlFeature", "feature_for"]
-__all__ += ["verl_problems"]
+__all__ += ["FORCED_AGGREGATIONS", "forced_aggregation", "verl_notes", "verl_problems"]
 
 VERL_VERSION = version("verl")  # the installed verl
 DEFAULT_VERL = "0.9.1"  # what `make` installs unless told VERL=0.8.0 (the Makefile's VERL)
@@ -67,6 +69,38 @@ VERL_FEATURES: dict[str, VerlFeature] = {
 def feature_for(key: str, value: object) -> VerlFeature | None:
     """The feature that ``key=value`` selects, or None."""
     return next((f for f in VERL_FEATURES.values() if f.key == key and f.value == value), None)
+
+
+# Policy losses that, before verl ``since``, aggregate their own way whatever loss_agg_mode says (read in the 0.8.0 and
+# 0.9.1 wheels' core_algos): loss mode -> (aggregation, since).
+FORCED_AGGREGATIONS = {"gspo": ("seq-mean-token-mean", _SINCE_090)}
+
+
+def forced_aggregation(loss_mode: object, *, verl: str = VERL_VERSION) -> str | None:
+    """The aggregation ``loss_mode`` uses on verl ``verl`` whatever ``loss_agg_mode`` says; None when it honours it."""
+    if loss_mode not in FORCED_AGGREGATIONS:
+        return None
+    aggregation, since = FORCED_AGGREGATIONS[loss_mode]
+    return None if Version(verl) >= Version(since) else aggregation
+
+
+def verl_notes(cfg: DictConfig, *, verl: str = VERL_VERSION) -> list[tuple[str, str, str]]:
+    """``(key, message, fix)`` where verl ``verl`` runs ``cfg`` otherwise than it says (gspo on verl 0.8.0)."""
+    loss_mode = OmegaConf.select(cfg, "actor_rollout_ref.actor.policy_loss.loss_mode", default=None)
+    agg_key = "actor_rollout_ref.actor.loss_agg_mode"
+    agg_mode = OmegaConf.select(cfg, agg_key, default=None)
+    forced = forced_aggregation(loss_mode, verl=verl)
+    if forced is None or agg_mode == forced:
+        return []
+    since = FORCED_AGGREGATIONS[loss_mode][1]
+    return [
+        (
+            agg_key,
+            f"verl {verl}'s {loss_mode} aggregates with {forced} whatever loss_agg_mode says ({agg_mode} here); verl "
+            f"{since} and newer honour loss_agg_mode",
+            f"set {agg_key}={forced} to say what runs, or use verl {DEFAULT_VERL} (make ... VERL={DEFAULT_VERL})",
+        )
+    ]
 
 
 def verl_problems(cfg: DictConfig, *, verl: str = VERL_VERSION) -> list[tuple[str, str, str]]:
