@@ -18,6 +18,7 @@ import functools
 import importlib
 import io
 import math
+import os
 import types
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +32,9 @@ from tensordict import TensorDict
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 
+# Random batches per differential test: 2,000. CI's second, smaller job (`make test-core VERL=0.8.0`) sets
+# AGL_LAB_ORACLE_EXAMPLES=500 to fit its time; `make test` at either verl runs the 2,000.
+N_EXAMPLES = int(os.environ.get("AGL_LAB_ORACLE_EXAMPLES", "2000"))
 REGISTERED = ("per_rollout_mean", "cispo_per_rollout_mean")
 MODULES = {
     "loss": "agentlightning.verl.per_rollout_loss",

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 from agl_oracle import (
+    N_EXAMPLES,
     OUTCOME_ESTIMATORS,
     TOKEN_LEVEL_ESTIMATORS,
     agl,
@@ -34,7 +35,6 @@ from omegaconf import OmegaConf
 
 from agl_lab import compose_config, compute_rollout_level_advantage
 
-N_EXAMPLES = 2000
 SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 GDPO_KEYS = ("fmt", "acc")
 RESULTS: collections.Counter = collections.Counter()  # (estimator, "ok" or the error's first words) -> examples
