@@ -36,6 +36,8 @@ logging.getLogger("verl.plugin.platform.platform_manager").addFilter(_drop_cpu_p
 with warnings.catch_warnings():
     # verl lists every optional training engine it could not import (megatron, torchtitan, ...): noise on a lab machine.
     warnings.filterwarnings("ignore", message=r".*engine is not available", category=UserWarning)
+    # verl 0.8.0 also warns on every host that NPUs lack MoE router replay, which agl_lab never uses
+    warnings.filterwarnings("ignore", message="NPU not support router replay", category=UserWarning)
     from agl_lab.config.compose import ConfigError, compose_config, short_run_config
     from agl_lab.config.doctor import Finding, diagnose
     from agl_lab.config.lab_config import LabConfig
