@@ -43,6 +43,8 @@ logging.getLogger("verl.plugin.platform.platform_manager").addFilter(_drop_cpu_p
 warnings.filterwarnings(
     "ignore", message=r".*engine is not available", category=UserWarning, module=r"verl\.workers\.engine"
 )
+# verl 0.8.0 also warns on every host that NPUs lack MoE router replay, which agl_lab never uses
+warnings.filterwarnings("ignore", message="NPU not support router replay", category=UserWarning)
 
 
 def _register_losses(core_algos: Any) -> None:

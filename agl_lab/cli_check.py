@@ -2,7 +2,8 @@
 
 Composes the config like Agent Lightning's training scripts (base ``example`` unless ``--base``), prints the three
 per-rollout settings as resolved, the doctor's findings (and those of what ``launch`` would send), and runs trainer
-steps 1–5 on a small built-in batch (rollouts of 1–3 rows), printing each row's advantage mass and every metric.
+steps 1–5 on an example batch of one step of the config's size (:mod:`agl_lab.lab.example_batch`), printing every
+metric (and each row's advantage mass when there are few).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from agl_lab.cli_help import (
     print_findings,
     print_launch_view,
     print_settings,
-    shown,
 )
 from agl_lab.config.compose import BASES
 
 __all__ = ["add_check_parser", "run_check_command"]
+
+_LISTED_ROWS = 24  # check lists the rows after steps 1–5 up to this many
 
 
 def add_check_parser(commands: argparse._SubParsersAction) -> None:
@@ -49,7 +51,7 @@ def _check(dotlist: list[str], *, show_config: bool, base: str) -> int:
     from agl_lab.config.secrets import redacted_yaml
     from agl_lab.core.pipeline import mini_batch_rows, prepare_batch
     from agl_lab.core.rows import rows_frame
-    from agl_lab.lab.examples import example_rows
+    from agl_lab.lab.example_batch import example_batch
 
     cfg = compose_from(base, dotlist=dotlist)
     if show_config:
@@ -58,7 +60,7 @@ def _check(dotlist: list[str], *, show_config: bool, base: str) -> int:
     print_settings(cfg)
     print(f"  {'PPO mini-batch':<26} {'(ppo_mini_batch_size x rollout.n)':<48} {mini_batch_rows(cfg)} rows")
 
-    findings = diagnose(cfg)
+    findings = diagnose(cfg, trainer=BASES[base].trainer)
     print("\nDoctor:" + ("" if findings else " no findings"))
     ok = print_findings(findings)
     if base != SUBCOMMAND_BASES["launch"]:
@@ -69,28 +71,19 @@ def _check(dotlist: list[str], *, show_config: bool, base: str) -> int:
         print(f"\nExample batch skipped: {problem}")
         return 0
 
-    rows = example_rows()
-    print(
-        f"\nExample batch: {len(rows)} rows from {len(set(rows.non_tensor_batch['rollout_id_list']))} rollouts "
-        f"of 2 prompts (1–3 rows each; failing rollouts took more calls). Sizes for it: "
-        + " ".join(
-            f"{k}={shown(cfg, k)}"
-            for k in (
-                "data.train_batch_size",
-                "actor_rollout_ref.rollout.n",
-                "actor_rollout_ref.actor.ppo_mini_batch_size",
-            )
-        )
-    )
+    example = example_batch(cfg)  # one step of the config's size (sampled when large), or the built-in batch
+    print("\n" + "\n".join(example.lines))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        batch, metrics = prepare_batch(rows, cfg)
+        batch, metrics = prepare_batch(example.rows, example.cfg)
     for warning in caught:
         print(f"warning: {warning.message}")
-    if len(batch):
+    if 0 < len(batch) <= _LISTED_ROWS:
         print("\nRows after steps 1–5 (advantage_mass = Σ advantage·mask, the row's weight in a summed loss):")
         print(rows_frame(batch).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    elif len(batch):
+        print(f"\n{len(batch)} rows after steps 1–5 (rows are listed up to {_LISTED_ROWS})")
     print("\nMetrics:")
-    table = pd.Series(metrics, dtype=object).rename_axis("metric").rename("value")
+    table = pd.Series({**example.metrics, **metrics}, dtype=object).rename_axis("metric").rename("value")
     print(table.to_string(float_format=lambda v: f"{v:.4g}"))
     return 0

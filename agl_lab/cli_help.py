@@ -56,7 +56,9 @@ def print_launch_view(dotlist: list[str]) -> None:
     from agl_lab.config.doctor import diagnose
 
     try:
-        errors = [f for f in diagnose(compose_from(SUBCOMMAND_BASES["launch"], dotlist=dotlist)) if f.level == "error"]
+        base = BASES[SUBCOMMAND_BASES["launch"]]
+        findings = diagnose(compose_from(base.name, dotlist=dotlist), trainer=base.trainer)
+        errors = [f for f in findings if f.level == "error"]
     except ConfigError:  # the same dotlist problem was reported above
         return
     print("\nWhat `agl-lab launch` sends with this dotlist (base agl):" + ("" if errors else " no errors"))
@@ -80,12 +82,12 @@ def version() -> str:
     return f"agl-lab {__version__} (Agent Lightning v1.0's per-rollout settings on verl {installed('verl')})"
 
 
-def print_settings_and_findings(cfg) -> bool:
-    """The three settings and the doctor's findings; False when the doctor found an error."""
+def print_settings_and_findings(cfg, *, trainer: str) -> bool:
+    """The three settings and the doctor's findings for ``trainer`` (``lab`` or ``agl``); False on an error."""
     from agl_lab.config.doctor import diagnose
 
     print_settings(cfg)
-    findings = diagnose(cfg)
+    findings = diagnose(cfg, trainer=trainer)
     print("\nDoctor:" + ("" if findings else " no findings"))
     return print_findings(findings)
 

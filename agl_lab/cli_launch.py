@@ -43,7 +43,7 @@ def _launch(dotlist: list[str], *, name: str, out: str | None, base: str) -> int
 
     cfg = compose_from(base, dotlist=dotlist)
     print_base(base)
-    if not print_settings_and_findings(cfg):
+    if not print_settings_and_findings(cfg, trainer=BASES[base].trainer):
         print(f"Nothing exported. `agl-lab check --base {base}` with the same dotlist shows the same findings.")
         return 1
     out_dir = Path(out) if out else Path("agl_export") / name

@@ -30,7 +30,7 @@ def run_train_command(args: argparse.Namespace) -> int:
 def _train(dotlist: list[str], *, show_config: bool) -> int:
     import pandas as pd
 
-    from agl_lab.config.compose import compose_from
+    from agl_lab.config.compose import BASES, compose_from
     from agl_lab.curves.summary import SUCCESS, success_first_last
     from agl_lab.training.runs import resolved_config_yaml
     from agl_lab.training.trainer import train
@@ -39,7 +39,7 @@ def _train(dotlist: list[str], *, show_config: bool) -> int:
     if show_config:
         print(resolved_config_yaml(cfg))
     print_base(SUBCOMMAND_BASES["train"])
-    if not print_settings_and_findings(cfg):
+    if not print_settings_and_findings(cfg, trainer=BASES[SUBCOMMAND_BASES["train"]].trainer):
         return 1
     result = train(cfg)
     history = result.history

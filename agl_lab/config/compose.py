@@ -47,6 +47,7 @@ class Base:
     name: str
     label: str  # one line: what every subcommand prints as the base it composed from
     yaml: Path | None = None
+    trainer: str = "lab"  # whose trainer its configs go to (agl_lab.config.doctor.TRAINERS): the doctor speaks of it
 
     def overrides(self) -> dict[str, Any]:
         """This base's overrides over Agent Lightning's defaults, as a nested dict (empty for ``agl``)."""
@@ -55,7 +56,7 @@ class Base:
 
 _AGL = "Agent Lightning's defaults"
 BASES: dict[str, Base] = {  # what each entrance composes from; `agl-lab check --base NAME` checks any
-    "agl": Base("agl", f"{_AGL} (verl's ppo_trainer + Agent Lightning's additions), nothing else"),
+    "agl": Base("agl", f"{_AGL} (verl's ppo_trainer + Agent Lightning's additions), nothing else", trainer="agl"),
     "example": Base(
         "example", f"{_AGL} + conf/example.yaml (grpo, 2 prompts x 3 rollouts)", SHORT_RUN_YAML.parent / "example.yaml"
     ),
