@@ -1,21 +1,43 @@
 # Two commands set up and use agl_lab on a fresh machine; both create or refresh .venv/ first:
 #   make demo   the main job on the embedded default (CPU, no downloads): three short runs side by side
 #   make test   the whole test suite, notebooks and browser tests included (what .ci/run calls)
+# Either takes VERL=0.8.0 (below); CI also runs `make test-core VERL=0.8.0`.
 PYTHON ?= python3
-VENV := .venv
+# The verl the venv gets: 0.9.1 (the default, newest) or 0.8.0 (what Agent Lightning 1.0.x installs: it declares
+# verl>=0.7.1,<0.9.0). Each verl has its own venv, so both live side by side and switching rebuilds nothing: .venv/
+# for 0.9.1 (what the README's two commands create and refresh), .venv-verl0.8.0/ for 0.8.0.
+VERL ?= 0.9.1
+VERL_VERSIONS := 0.9.1 0.8.0
+ifeq ($(filter $(VERL),$(VERL_VERSIONS)),)
+$(error VERL=$(VERL): agl_lab is tested on verl $(VERL_VERSIONS) only; choose one of them)
+endif
+VENV := $(if $(filter 0.9.1,$(VERL)),.venv,.venv-verl$(VERL))
 BIN := $(VENV)/bin
+# What a verl needs beside it: verl 0.8.0 requires numpy<2, and pyarrow 26 (which pip would take: pyarrow declares no
+# numpy bound) refuses numpy 1 at import; pyarrow 19-25 import and run with numpy 1.26.
+VERL_PINS_0.9.1 :=
+VERL_PINS_0.8.0 := "numpy<2" "pyarrow<26"
+# The second CI job (make test-core VERL=0.8.0): the differential tests against Agent Lightning, the batch math, the
+# config and Agent Lightning's example configs, a few minutes on 2 cores: the differential tests with 500 random batches
+# each instead of 2,000 (AGL_LAB_ORACLE_EXAMPLES). test_loss's Ray-worker and `python -O` tests start processes for
+# minutes and test nothing verl-specific. The whole suite on 0.8.0 (2,000 each, training runs, notebooks, browser)
+# is `make test VERL=0.8.0`.
+CORE_TESTS := tests/test_oracle_*.py tests/test_advantage.py tests/test_aggregation.py tests/test_loss.py \
+	tests/test_pipeline.py tests/test_rows.py tests/test_groups.py tests/test_update_cap.py tests/test_config.py \
+	tests/test_doctor.py tests/test_modes.py tests/test_verl_features.py tests/test_example_batch.py \
+	tests/test_example_configs.py -k "not ray_workers and not python_O"
 # torch is installed first, pinned, so that nothing else pulls a newer (CUDA, several GB) build. On this kind
 # of machine torch==2.13.0 is a CPU build on local disk; on another CPU-only machine set
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu to fetch the CPU build instead of the CUDA one.
 TORCH_INDEX ?=
 
-.PHONY: check demo test bench lab screenshots readme
+.PHONY: check demo test test-core bench lab screenshots readme
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test]' "verl==$(VERL)" $(VERL_PINS_$(VERL))
 	touch $@
 
 # The released Agent Lightning, the tests' oracle for its math: its wheel declares Python >= 3.12, but the verl modules
@@ -64,15 +86,19 @@ readme: $(BIN)/.installed
 test: $(BIN)/.oracle /usr/bin/chromium
 	$(BIN)/python -m pytest
 
+test-core: $(BIN)/.oracle
+	AGL_LAB_ORACLE_EXAMPLES=500 $(BIN)/python -m pytest $(CORE_TESTS)
+
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_core.py
 	$(BIN)/python benchmarks/bench_weighting.py
 	$(BIN)/python benchmarks/bench_trainer.py
 	$(BIN)/python benchmarks/bench_actor.py
+	$(BIN)/python benchmarks/bench_cli.py
 
-# JupyterLab on the repository, opened at notebooks/.
+# JupyterLab on the repository's notebooks/ (agl-lab lab DIR copies them into DIR first, keeping edited copies).
 lab: $(BIN)/.installed
-	$(BIN)/agl-lab lab
+	$(BIN)/agl-lab lab notebooks
 
 # Re-run the browser tests and keep their screenshots in docs/screenshots/ (the README shows them).
 screenshots: $(BIN)/.oracle /usr/bin/chromium

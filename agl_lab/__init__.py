@@ -12,8 +12,10 @@ The package follows the data flow, one subpackage per stage:
 * ``agl_lab.curves`` — training histories: readers (run dirs, W&B), bands across seeds, summaries, figures;
 * ``agl_lab.ui`` — the notebooks' widget panels.
 
-The names of later stages (``train``, ``TrainResult``, ``run_sweep``, ``example_rows``) load on first use, so the
-batch math imports light.
+``import agl_lab`` itself loads neither torch nor verl (seconds each): the public names load on first use (PEP 562),
+and the losses are registered the moment verl's policy-loss module is imported, by this process or already (a
+post-import hook, :func:`wrapt.register_post_import_hook`). So the registry holds them whenever anyone can look,
+and the ``agl-lab`` command, whose modules live in this package, prints its help without loading the stack.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ import importlib
 import logging
 import warnings
 from typing import Any
+
+import wrapt
+
+__version__ = "0.1.0"
 
 
 def _drop_cpu_platform_notice(record: logging.LogRecord) -> bool:
@@ -32,34 +38,49 @@ def _drop_cpu_platform_notice(record: logging.LogRecord) -> bool:
 
 
 logging.getLogger("verl.plugin.platform.platform_manager").addFilter(_drop_cpu_platform_notice)
+# verl lists every optional training engine it could not import (megatron, torchtitan, ...) when its trainer module
+# loads, which agl_lab's modules do on first use: noise on a lab machine, and only that module's notices.
+warnings.filterwarnings(
+    "ignore", message=r".*engine is not available", category=UserWarning, module=r"verl\.workers\.engine"
+)
+# verl 0.8.0 also warns on every host that NPUs lack MoE router replay, which agl_lab never uses
+warnings.filterwarnings("ignore", message="NPU not support router replay", category=UserWarning)
 
-with warnings.catch_warnings():
-    # verl lists every optional training engine it could not import (megatron, torchtitan, ...): noise on a lab machine.
-    warnings.filterwarnings("ignore", message=r".*engine is not available", category=UserWarning)
-    from agl_lab.config.compose import ConfigError, compose_config, short_run_config
-    from agl_lab.config.doctor import Finding, diagnose
-    from agl_lab.config.lab_config import LabConfig
-    from agl_lab.config.modes import LOSS_MODES
-    from agl_lab.core.advantage import compute_rollout_level_advantage
-    from agl_lab.core.loss import (
-        CISPO_PER_ROLLOUT_MEAN_LOSS_MODE,
-        PER_ROLLOUT_MEAN_LOSS_MODE,
-        compute_policy_loss_cispo_per_rollout_mean,
-        compute_policy_loss_per_rollout_mean,
-        normalize_advantages_by_rollout,
-        ray_runtime_env,
-        register_in_worker,
-    )
-    from agl_lab.core.pipeline import compute_advantages, prepare_batch, select_rows
-    from agl_lab.core.rows import build_rows, rows_frame
-    from agl_lab.core.update_cap import EmptyBatchWarning, apply_update_cap, drop_marked_rows
 
-register_in_worker()
+def _register_losses(core_algos: Any) -> None:
+    # Importing agl_lab.core.loss registers both losses (idempotent). If this hook fires while that very module is
+    # importing verl's core_algos, the import returns the half-loaded module, which registers as its import ends.
+    importlib.import_module("agl_lab.core.loss")
 
-__version__ = "0.1.0"
 
-# name -> module, imported on first access (module-level __getattr__, PEP 562)
+wrapt.register_post_import_hook(_register_losses, "verl.trainer.ppo.core_algos")
+
+# public name -> module, imported on first access (module-level __getattr__, PEP 562)
 _LAZY = {
+    "ConfigError": "agl_lab.config.compose",
+    "compose_config": "agl_lab.config.compose",
+    "short_run_config": "agl_lab.config.compose",
+    "Finding": "agl_lab.config.doctor",
+    "diagnose": "agl_lab.config.doctor",
+    "LabConfig": "agl_lab.config.lab_config",
+    "LOSS_MODES": "agl_lab.config.modes",
+    "compute_rollout_level_advantage": "agl_lab.core.advantage",
+    "CISPO_PER_ROLLOUT_MEAN_LOSS_MODE": "agl_lab.core.loss",
+    "PER_ROLLOUT_MEAN_LOSS_MODE": "agl_lab.core.loss",
+    "compute_policy_loss_cispo_per_rollout_mean": "agl_lab.core.loss",
+    "compute_policy_loss_per_rollout_mean": "agl_lab.core.loss",
+    "normalize_advantages_by_rollout": "agl_lab.core.loss",
+    "ray_runtime_env": "agl_lab.core.loss",
+    "register_in_worker": "agl_lab.core.loss",
+    "compute_advantages": "agl_lab.core.pipeline",
+    "prepare_batch": "agl_lab.core.pipeline",
+    "select_rows": "agl_lab.core.pipeline",
+    "build_rows": "agl_lab.core.rows",
+    "rows_frame": "agl_lab.core.rows",
+    "EmptyBatchWarning": "agl_lab.core.update_cap",
+    "apply_update_cap": "agl_lab.core.update_cap",
+    "drop_marked_rows": "agl_lab.core.update_cap",
+    "compare_settings": "agl_lab.curves.effects",
     "example_rows": "agl_lab.lab.examples",
     "train": "agl_lab.training.trainer",
     "TrainResult": "agl_lab.training.trainer",
@@ -75,32 +96,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'agl_lab' has no attribute {name!r}")
 
 
-__all__ = [
-    "CISPO_PER_ROLLOUT_MEAN_LOSS_MODE",
-    "LOSS_MODES",
-    "PER_ROLLOUT_MEAN_LOSS_MODE",
-    "ConfigError",
-    "EmptyBatchWarning",
-    "Finding",
-    "LabConfig",
-    "TrainResult",
-    "apply_update_cap",
-    "build_rows",
-    "compose_config",
-    "compute_advantages",
-    "compute_policy_loss_cispo_per_rollout_mean",
-    "compute_policy_loss_per_rollout_mean",
-    "compute_rollout_level_advantage",
-    "diagnose",
-    "drop_marked_rows",
-    "example_rows",
-    "normalize_advantages_by_rollout",
-    "prepare_batch",
-    "ray_runtime_env",
-    "register_in_worker",
-    "rows_frame",
-    "run_sweep",
-    "select_rows",
-    "short_run_config",
-    "train",
-]
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = sorted(_LAZY)

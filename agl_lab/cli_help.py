@@ -1,20 +1,23 @@
-"""What ``agl-lab`` says about itself: the base each subcommand composes from, the exit statuses, the version.
+"""What ``agl-lab`` says about itself and about a config: the bases, the exit statuses, the version, the settings.
 
 Every subcommand composes its config from a named base (:data:`agl_lab.config.compose.BASES`) and prints it first
 (:func:`print_base`); ``--help`` lists the bases with the subcommands that use them and what each exit status
-means. ``agl-lab check`` from any base other than ``agl`` also says what the doctor finds in the config ``launch``
-would send with the same dotlist (:func:`print_launch_view`), so a check that passes never hides a launch that
-stops.
+means. ``check``, ``train`` and ``launch`` then print the three settings as resolved and the doctor's findings
+(:func:`print_settings_and_findings`). ``agl-lab check`` from any base other than ``agl`` also says what the doctor
+finds in the config ``launch`` would send with the same dotlist (:func:`print_launch_view`), so a check that passes
+never hides a launch that stops.
 """
 
 from __future__ import annotations
 
+import sys
+
 from agl_lab import __version__
 from agl_lab.config.compose import BASES, ConfigError, compose_from
-from agl_lab.config.doctor import diagnose
 from agl_lab.exit_codes import EXIT_CODES, help_epilog
 
-__all__ = ["DESCRIPTION", "EPILOG", "EXIT_CODES", "SUBCOMMAND_BASES", "print_base", "print_launch_view", "version"]
+__all__ = ["DESCRIPTION", "EPILOG", "EXIT_CODES", "SUBCOMMAND_BASES", "print_base", "print_findings"]
+__all__ += ["print_launch_view", "print_settings", "print_settings_and_findings", "shown", "version"]
 
 # The base each subcommand composes from (printed by --help and by the subcommand itself).
 SUBCOMMAND_BASES = {
@@ -22,6 +25,7 @@ SUBCOMMAND_BASES = {
     "train": "short-run",
     "demo": "short-run",
     "sweep": "short-run",
+    "reproduce": "short-run",
     "launch": "agl",
 }
 # What each exit status means (printed by --help): agl_lab.exit_codes holds the table.
@@ -49,8 +53,12 @@ def print_base(base: str) -> None:
 
 def print_launch_view(dotlist: list[str]) -> None:
     """What the doctor says of the config ``launch`` would send with the same dotlist (base agl)."""
+    from agl_lab.config.doctor import diagnose
+
     try:
-        errors = [f for f in diagnose(compose_from(SUBCOMMAND_BASES["launch"], dotlist=dotlist)) if f.level == "error"]
+        base = BASES[SUBCOMMAND_BASES["launch"]]
+        findings = diagnose(compose_from(base.name, dotlist=dotlist), trainer=base.trainer)
+        errors = [f for f in findings if f.level == "error"]
     except ConfigError:  # the same dotlist problem was reported above
         return
     print("\nWhat `agl-lab launch` sends with this dotlist (base agl):" + ("" if errors else " no errors"))
@@ -72,3 +80,51 @@ def version() -> str:
             return "not installed"
 
     return f"agl-lab {__version__} (Agent Lightning v1.0's per-rollout settings on verl {installed('verl')})"
+
+
+def print_settings_and_findings(cfg, *, trainer: str) -> bool:
+    """The three settings and the doctor's findings for ``trainer`` (``lab`` or ``agl``); False on an error."""
+    from agl_lab.config.doctor import diagnose
+
+    print_settings(cfg)
+    findings = diagnose(cfg, trainer=trainer)
+    print("\nDoctor:" + ("" if findings else " no findings"))
+    return print_findings(findings)
+
+
+def print_findings(findings) -> bool:
+    """The doctor's findings, errors to stderr; False when there is an error."""
+    for finding in findings:
+        print(f"  {finding}", file=sys.stderr if finding.level == "error" else sys.stdout)
+    return not any(f.level == "error" for f in findings)
+
+
+def print_settings(cfg) -> None:
+    """The settings of the catalogue as resolved (label, key, value), with Agent Lightning's default where they
+    differ, and the loss mode the catalogue names for the combination."""
+    from omegaconf import OmegaConf
+
+    from agl_lab.config.modes import LOSS_MODES, mode_from_config
+    from agl_lab.config.settings import SETTINGS
+
+    print("The per-rollout settings, as resolved:")
+    for key, setting in SETTINGS.items():
+        default = setting.default
+        note = "" if OmegaConf.select(cfg, key) == default else f"  (Agent Lightning: {_show_value(key, default)})"
+        print(f"  {setting.label:<26} {key:<48} {shown(cfg, key)}{note}")
+    mode = mode_from_config(cfg)
+    label = LOSS_MODES[mode].label if mode else "none in agl_lab's catalogue (agl_lab.LOSS_MODES)"
+    print(f"  {'loss mode':<26} {'(policy loss + loss_agg_mode + divisor)':<48} {label}")
+
+
+def shown(cfg, key: str) -> str:
+    """The value of ``key`` in ``cfg`` as the CLI prints it (null, true/false, "null (no cap)" for the cap)."""
+    from omegaconf import OmegaConf
+
+    return _show_value(key, OmegaConf.select(cfg, key))
+
+
+def _show_value(key: str, value) -> str:
+    if value is None:
+        return "null" + (" (no cap)" if key.endswith("max_ppo_update_times") else "")
+    return str(value).lower() if isinstance(value, bool) else str(value)

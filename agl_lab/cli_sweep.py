@@ -1,13 +1,16 @@
 """``agl-lab sweep``: settings × seeds from the command line, written like the demo (figures, summary table).
 
 ``agl-lab sweep algorithm.enable_rollout_level_advantage=true,false --seeds 0 1 2`` trains every combination of the
-values given as ``key=a,b`` (:func:`agl_lab.config.grid.sweep_grid`) at every seed; single-valued items apply to
-every run. Without an item of several values it sweeps the demo's settings
-(:data:`agl_lab.config.settings.DEMO_SETTINGS`): notebook 04's sweep from a shell. Each run composes from the
-short-run preset (base ``short-run``) like ``agl-lab train``. The sweep is :func:`agl_lab.run_sweep`: the same
-command with the same ``--out`` skips finished runs and reruns failed or interrupted ones. It writes
-:func:`agl_lab.training.demo.save_results`' panels (bands across seeds) and ``summary.csv``/``summary.md``, and
-prints the sweep's folder last.
+values given as ``key=a,b`` (:func:`agl_lab.config.grid.sweep_grid`) at every seed (``--seeds 0 1 2``, ``0,1,2``
+or ``0-4``: :func:`seed_list`); single-valued items apply to every run. Without an item of several values it sweeps
+the demo's settings (:data:`agl_lab.config.settings.DEMO_SETTINGS`): notebook 04's sweep from a shell. Each run
+composes from the short-run preset (base ``short-run``) like ``agl-lab train``. The sweep is
+:func:`agl_lab.run_sweep`: the same command with the same ``--out`` skips finished runs and reruns failed or
+interrupted ones. It writes :func:`agl_lab.training.demo.save_results`' panels (bands across seeds),
+``summary.csv``/``summary.md`` and ``effects.csv``/``effects.md`` (each setting against ``--baseline``, paired by
+seed: success over the last 20% of steps; default :func:`agl_lab.curves.effects.default_baseline`: ``both_off`` when
+swept, else the first setting), prints the summary and one verdict line per setting, and prints the sweep's folder
+last.
 """
 
 from __future__ import annotations
@@ -17,12 +20,11 @@ import datetime
 from pathlib import Path
 
 from agl_lab.cli_help import SUBCOMMAND_BASES, print_base
-from agl_lab.config.grid import sweep_grid
-from agl_lab.config.settings import DEMO_SETTINGS
-from agl_lab.curves.bands import BAND_LABELS
-from agl_lab.curves.summary import number
+from agl_lab.curves.band_kinds import BAND_LABELS
 
-__all__ = ["add_sweep_parser", "run_sweep_command"]
+__all__ = ["DEFAULT_SEEDS", "add_sweep_parser", "run_sweep_command", "seed_list"]
+
+DEFAULT_SEEDS = (0, 1, 2)
 
 _EXAMPLE = (
     "agl-lab sweep algorithm.enable_rollout_level_advantage=true,false agentlightning.max_ppo_update_times=null,2"
@@ -36,17 +38,25 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
         help="settings x seeds (key=a,b makes one setting per value); figures with bands and a summary table",
         description=(
             "Trains every combination of the values given as key=a,b at every seed; key=value items apply to every "
-            f"run. Without a key=a,b item it sweeps the demo's settings ({', '.join(DEMO_SETTINGS)}). Each run "
+            "run. Without a key=a,b item it sweeps the settings agl-lab demo trains side by side. Each run "
             "composes from base short-run, like agl-lab train. The same command with the same --out skips finished "
-            "runs and reruns failed or interrupted ones. Writes the demo's panels (bands across seeds), summary.csv "
-            "and summary.md into the sweep folder and prints the folder last."
+            "runs and reruns failed or interrupted ones. Writes the demo's panels (bands across seeds), summary.csv, "
+            "summary.md, and effects.csv/effects.md (each setting minus --baseline, paired by seed) into the sweep "
+            "folder, prints the summary and the effects, and prints the folder last."
         ),
         epilog=f"example: {_EXAMPLE} --seeds 0 1 2",
     )
     sweep.add_argument(
         "dotlist", nargs="*", help="key=value for every run; key=a,b (several values) makes one setting per value"
     )
-    sweep.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="lab.seed of each run (default 0 1 2)")
+    sweep.add_argument(
+        "--seeds",
+        type=seed_list,
+        nargs="+",
+        default=None,
+        metavar="SEEDS",
+        help=f"lab.seed of each run: 0 1 2, 0,1,2 or a range 0-4 (default {' '.join(map(str, DEFAULT_SEEDS))})",
+    )
     sweep.add_argument("--out", default=None, help="sweep folder (default: a fresh sweeps/<time>/); reused: resumes")
     sweep.add_argument(
         "--executor", choices=("ray", "serial"), default="ray", help="ray: runs in parallel on the cores (default)"
@@ -56,43 +66,78 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
         "--band", choices=tuple(BAND_LABELS), default="ci95", help="across seeds: " + bands.replace("%", "%%")
     )
     sweep.add_argument(
+        "--baseline",
+        default=None,
+        help="the setting every other is compared with, paired by seed (default: both_off when swept, else the first)",
+    )
+    sweep.add_argument(
         "--wandb-mode",
         choices=("online", "offline", "disabled"),
         default=None,
         help="every run's lab.wandb_mode (default auto: $WANDB_MODE, else offline unless a W&B key is configured)",
     )
+    sweep.set_defaults(run=run_sweep_command)
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
     """Run ``agl-lab sweep``; 0 when every run finished, 1 when a run failed (the others are kept), 130 on Ctrl-C."""
+    from agl_lab.config.grid import sweep_grid
+    from agl_lab.config.settings import DEMO_SETTINGS
+    from agl_lab.curves.effects import default_baseline
+    from agl_lab.curves.summary import number
+    from agl_lab.curves.verdicts import effects_text
     from agl_lab.training.demo import demo_summary, save_results
     from agl_lab.training.sweep import plan_sweep, run_sweep
 
+    seeds = [seed for given in args.seeds for seed in given] if args.seeds else list(DEFAULT_SEEDS)
     settings, common = sweep_grid(args.dotlist)
     if not settings:
         settings = {name: tuple(items) for name, items in DEMO_SETTINGS.items()}
+    baseline = args.baseline or default_baseline(list(settings))
+    if baseline not in settings:
+        raise ValueError(f"--baseline {baseline!r} is not a setting of this sweep; choose one of {list(settings)}")
     out = Path(args.out) if args.out else Path("sweeps") / f"{datetime.datetime.now():%Y%m%d-%H%M%S}"
     print_base(SUBCOMMAND_BASES["sweep"])
-    plan_sweep(settings, args.seeds, sweep_dir=out, dotlist=common)  # every run's config checked before any runs
-    seeds = " ".join(str(s) for s in args.seeds)
-    print(f"Sweep: {len(settings)} settings x {len(args.seeds)} seeds ({seeds}), {args.executor}, in {out}/")
+    plan_sweep(settings, seeds, sweep_dir=out, dotlist=common)  # every run's config checked before any runs
+    listed = " ".join(map(str, seeds))
+    print(f"Sweep: {len(settings)} settings x {len(seeds)} seeds ({listed}), {args.executor}, in {out}/")
     width = max(len(name) for name in settings)
     for name, items in settings.items():
         print(f"  {name:<{width}}  {' '.join(items) or '(the base as it is)'}")
     if common:
         print(f"  every run: {' '.join(common)}")
     result = run_sweep(
-        settings, args.seeds, sweep_dir=out, dotlist=common, executor=args.executor, wandb_mode=args.wandb_mode
+        settings, seeds, sweep_dir=out, dotlist=common, executor=args.executor, wandb_mode=args.wandb_mode
     )
-    save_results(result, out, band=args.band)
+    save_results(result, out, band=args.band, baseline=baseline)
     failed = result.cells[result.cells.status != "done"]
     for cell in failed.itertuples():
         print(f"not finished: {cell.setting} seed {cell.seed} ({cell.status}): {cell.error or ''}".rstrip(": "))
     if not result.table.empty:
         summary = demo_summary(result).drop(columns=["steps"], errors="ignore")
         print("\n" + summary.to_string(index=False, float_format=number))
+        if result.effects is not None:
+            print("\n" + effects_text(result.effects))
         print("\nWritten:")
         for path in result.figures.values():
             print(f"  {path}")
     print(out.resolve())
     return 130 if result.stopped else (1 if len(failed) else 0)
+
+
+def seed_list(text: str) -> list[int]:
+    """One ``--seeds`` value as seeds: ``3``, ``0,1,2`` or the range ``0-4`` (both ends included), or a mix."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        low, dash, high = part.partition("-")
+        try:
+            first = int(low)
+            last = int(high) if dash else first
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a seed: give integers (0 1 2), a list (0,1,2) or a range (0-4)"
+            ) from None
+        if last < first:
+            raise argparse.ArgumentTypeError(f"{part!r} is an empty range: the first seed comes first (0-4)")
+        seeds += range(first, last + 1)
+    return seeds

@@ -17,15 +17,13 @@ from contextlib import contextmanager
 from agl_lab.config.compose import ConfigError
 from agl_lab.config.secrets import mask_secrets
 from agl_lab.training.locks import DirectoryBusyError
-from agl_lab.training.process_state import Terminated
-from agl_lab.training.tracking import ConcurrentRunError
 
 __all__ = ["EXIT_CODES", "TrainedNothingError", "exit_code", "help_epilog", "report_errors"]
 
 EXIT_CODES = {
     0: "done",
-    1: "the config doctor found an error (nothing ran; its findings are on stderr), or a sweep's run failed (the "
-    "others are kept)",
+    1: "the config doctor found an error (nothing ran; its findings are on stderr), or a run of a sweep or "
+    "reproduction failed (the others are kept)",
     2: "a bad command line, config key or value, or several values outside `agl-lab sweep` (nothing was created)",
     3: "launch: exported, but Agent Lightning's trainer cannot run here",
     4: "the run or sweep directory is taken: it holds a run, or another run or sweep is writing to it",
@@ -43,15 +41,17 @@ class TrainedNothingError(RuntimeError):
 
 def exit_code(exc: BaseException) -> int:
     """The documented exit code for ``exc``."""
-    if isinstance(exc, Terminated):
+    if _raised(exc, "agl_lab.training.process_state", "Terminated"):
         return 143
     if isinstance(exc, KeyboardInterrupt):
         return 130
     if isinstance(exc, TrainedNothingError):
         return 6
-    if isinstance(exc, FileExistsError | DirectoryBusyError | ConcurrentRunError):
+    if isinstance(exc, FileExistsError | DirectoryBusyError) or _raised(
+        exc, "agl_lab.training.tracking", "ConcurrentRunError"
+    ):
         return 4
-    if isinstance(exc, OSError | _batch_file_error()):
+    if isinstance(exc, OSError) or _raised(exc, "agl_lab.lab.batch_io", "BatchFileError"):
         return 5
     if isinstance(exc, ConfigError | ValueError):
         return 2
@@ -120,7 +120,8 @@ def _warning_printer(secrets: list[str]) -> Callable[..., None]:
     return show
 
 
-def _batch_file_error() -> type:
-    from agl_lab.lab.batch_io import BatchFileError
-
-    return BatchFileError
+def _raised(exc: BaseException, module: str, name: str) -> bool:
+    """``isinstance(exc, module.name)``, without importing ``module`` (torch and verl behind it, seconds) to classify
+    an error: an exception of a class whose module was never imported cannot have been raised."""
+    loaded = sys.modules.get(module)
+    return loaded is not None and isinstance(exc, getattr(loaded, name))

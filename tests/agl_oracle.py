@@ -13,20 +13,28 @@ functions directly, never through the registry.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import importlib
 import io
 import math
+import os
 import types
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 
+# Random batches per differential test: 2,000. CI's second, smaller job (`make test-core VERL=0.8.0`) sets
+# AGL_LAB_ORACLE_EXAMPLES=500 to fit its time; `make test` at either verl runs the 2,000.
+N_EXAMPLES = int(os.environ.get("AGL_LAB_ORACLE_EXAMPLES", "2000"))
 REGISTERED = ("per_rollout_mean", "cispo_per_rollout_mean")
 MODULES = {
     "loss": "agentlightning.verl.per_rollout_loss",
@@ -68,6 +76,23 @@ def agl() -> types.SimpleNamespace:
     version = importlib.import_module("agentlightning").__version__
     assert version == "1.0.2", f"the oracle is agentlightning 1.0.2, found {version}"
     return types.SimpleNamespace(**modules)
+
+
+def agl_config() -> DictConfig:
+    """Agent Lightning's own composed config, as its example training scripts compose it: Hydra compose of its
+    packaged ``config.yaml`` (verl's ``ppo_trainer`` under it), struct mode off, ready for their permissive merge."""
+    agl()  # the oracle is installed (a missing one fails here, not with a skip)
+    saved = copy.deepcopy(GlobalHydra.instance()) if GlobalHydra.instance().is_initialized() else None
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module="agentlightning.verl", version_base=None):
+            cfg = compose(config_name="config")
+    finally:
+        GlobalHydra.instance().clear()
+        if saved is not None:
+            GlobalHydra.instance().initialize(saved.hydra)
+    OmegaConf.set_struct(cfg, False)
+    return cfg
 
 
 def examples(cases: Callable[[], None], minimum: int) -> int:

@@ -43,17 +43,20 @@ CHROMIUM_ARGS = [
 def copy_notebooks(
     notebooks: list[Path], root: Path, *, parameters: Mapping[str, Mapping[str, Any]] | None = None
 ) -> None:
-    """Copy ``notebooks`` into ``root`` (autosave writes outputs back: never run the repository's own files);
-    ``parameters``: per notebook stem, values injected after its ``parameters`` cell, as papermill does."""
+    """Copy ``notebooks`` into ``root`` (autosave writes outputs back: never run the repository's own files) as a
+    person opens them. A notebook whose defaults take far longer than a test (05: reproductions over up to 10 seeds)
+    declares ``metadata.agl_lab.browser_parameters``; those and ``parameters`` (per notebook stem, on top) are
+    injected after its ``parameters`` cell, as papermill does."""
     for notebook in notebooks:
-        given = (parameters or {}).get(notebook.stem)
+        declared = nbformat.read(notebook, as_version=4).metadata.get("agl_lab", {}).get("browser_parameters")
+        given = {**(declared or {}), **(parameters or {}).get(notebook.stem, {})}
         if not given:
             shutil.copy(notebook, root / notebook.name)
             continue
         from papermill.iorw import load_notebook_node
         from papermill.parameterize import parameterize_notebook
 
-        nb = parameterize_notebook(load_notebook_node(str(notebook)), dict(given), kernel_name="python3")
+        nb = parameterize_notebook(load_notebook_node(str(notebook)), given, kernel_name="python3", language="python")
         nbformat.write(nb, root / notebook.name)
 
 

@@ -79,3 +79,21 @@ def test_bad_arguments():
         bands(table(), band="sem")
     with pytest.raises(ValueError, match=r"no rows for metrics \['lab/success_rate'\]"):
         bands(table(), ["lab/success_rate"])
+
+
+@pytest.mark.parametrize("band", ["ci95", "std"])
+def test_bands_never_cross_a_metrics_physical_bounds(band):
+    # drops 0, 0, 30 (a count): the t-interval of the mean (10 ± 4.30·17.3/√3) and ± 1 std both reach below 0;
+    # success 0.9, 1, 1 (a rate) reaches above 1; a reward has no bounds and keeps the whole interval
+    rows = [("a", seed, "run", 1, metric, value)
+            for metric, values in (("training/n_sample_dropped/random", (0, 0, 30)), ("lab/success_rate", (0.9, 1, 1)),
+                                   ("training/reward", (0.9, 1, 1)))
+            for seed, value in enumerate(values)]  # fmt: skip
+    frame = pd.DataFrame(rows, columns=["setting", "seed", "run", "step", "metric", "value"])
+    out = bands(frame, band=band).set_index("metric")
+    assert out.loc["training/n_sample_dropped/random", "low"] == 0.0
+    assert out.loc["training/n_sample_dropped/random", "high"] > 10
+    assert out.loc["lab/success_rate", "high"] == 1.0 and out.loc["lab/success_rate", "low"] < 0.9667
+    reward = out.loc["training/reward"]
+    assert reward["high"] > 1.0 and reward["high"] - reward["mean"] == pytest.approx(reward["mean"] - reward["low"])
+    assert "cut at the metric's bounds" in BAND_LABELS[band]

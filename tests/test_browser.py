@@ -7,7 +7,8 @@ training curve grow and Stop ends the run, the config form recomposes. A screens
 saved under ``artifacts/browser/`` (and into ``$AGL_LAB_SCREENSHOTS`` when set: ``make screenshots``
 writes ``docs/screenshots/``, the README's pictures): each shows what a reader needs — the panel's controls at the
 top of the window with its figures below (01, 03; in 03 after a real run of the default length, finished), the
-recomposed config form (02), the band figures (04). The tests start and stop their own server; they need
+recomposed config form (02), the band figures (04), the reproductions' reports (05, with its small
+``browser_parameters``: its defaults run for up to an hour). The tests start and stop their own server; they need
 ``/usr/bin/chromium`` (``apt-get install chromium``) and the ``playwright`` package, both installed by ``make test``.
 """
 
@@ -105,6 +106,21 @@ def check_curves(page: Page) -> None:
         image.scroll_into_view_if_needed()
         assert image.evaluate("img => img.complete && img.naturalWidth > 400"), f"figure {i} did not render"
     images.first.scroll_into_view_if_needed()
+
+
+def check_reproductions(page: Page) -> None:
+    """Each reproduction's report renders as text (claim, verdict, checks table) with its figures as images."""
+    report = page.locator(f"{PANEL} .jp-OutputArea-output.jp-RenderedMarkdown").filter(has_text="Reproduction").first
+    report.scroll_into_view_if_needed()
+    text = report.inner_text()
+    assert "Claim." in text and "Verdict." in text and "expected" in text, text[:500]
+    images = page.locator(f"{PANEL} .jp-OutputArea-output img")
+    assert images.count() >= 2, "the forest plot and the bands are missing"
+    for i in range(images.count()):
+        image = images.nth(i)
+        image.scroll_into_view_if_needed()
+        assert image.evaluate("img => img.complete && img.naturalWidth > 300"), f"figure {i} did not render"
+    report.scroll_into_view_if_needed()
 
 
 def check_config_form(page: Page) -> None:
@@ -268,6 +284,7 @@ INTERACTIONS = {
     "02_config_check": check_config_form,
     "03_short_training_runs": check_training_panel,
     "04_reproduce_curves": check_curves,
+    "05_reproduce_effects": check_reproductions,
 }
 
 

@@ -1,15 +1,23 @@
 """The real entry points: the ``agl-lab`` console script and ``python -m agl_lab``."""
 
+import json
 import re
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
+
+import pandas as pd
+import pytest
+from scipy.stats import ttest_rel
 
 import agl_lab
 from agl_lab.cli import main
+from agl_lab.cli_sweep import seed_list
 from agl_lab.config.compose import BASES
 from agl_lab.config.modes import LOSS_MODES
-from conftest import TINY_RUN
+from agl_lab.config.verl_features import VERL_FEATURES
+from conftest import TINY_RUN, only_if
 
 AGL_LAB = str(Path(sys.executable).parent / "agl-lab")
 
@@ -21,14 +29,46 @@ def run(*args, entry=(AGL_LAB,)):
 def test_version_and_help_tell_the_bases_and_the_exit_statuses(capsys):
     result = run("--version")
     assert result.returncode == 0 and result.stdout.startswith(f"agl-lab {agl_lab.__version__} (")
-    assert "verl 0.9.1" in result.stdout
+    assert f"verl {version('verl')}" in result.stdout  # 0.9.1, or 0.8.0 in `make test VERL=0.8.0`
     help_text = in_process(capsys, "--help")
     for base in ("agl", "example", "short-run"):  # each base with the subcommands composing from it
         assert f"  {base:<10} {BASES[base].label}" in help_text
-    assert "[launch]" in help_text and "[check]" in help_text and "[train, demo, sweep]" in help_text
+    assert "[launch]" in help_text and "[check]" in help_text and "[train, demo, sweep, reproduce]" in help_text
     assert "exit codes:" in help_text and "    3  launch: exported" in help_text and "  130  stopped" in help_text
     sweep_help = in_process(capsys, "sweep", "--help")
     assert "--seeds" in sweep_help and "ci95 = mean and 95% t-interval of the mean" in " ".join(sweep_help.split())
+    assert "--baseline" in sweep_help
+
+
+# Printing text must not load the stack: the stack alone takes seconds to import, and a command line answers at once.
+HELP_PROBE = """
+import contextlib, io, json, re, sys
+from agl_lab.cli import main
+from agl_lab.cli_sweep import seed_list
+
+def run(args):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        main(args)
+    return out.getvalue()
+
+names = re.search(r"{(\\w+(?:,\\w+)+)}", run(["--help"])).group(1).split(",")
+loaded = {}
+for args in (["--version"], ["--help"], *([name, "--help"] for name in names)):
+    run(args)
+    heavy = sorted(m for m in ("verl", "torch", "ray", "pandas", "matplotlib", "scipy") if m in sys.modules)
+    loaded[" ".join(args)] = heavy
+print(json.dumps({"names": names, "loaded": loaded}))
+"""
+
+
+def test_help_and_version_load_neither_verl_nor_torch_nor_ray():
+    result = subprocess.run([sys.executable, "-c", HELP_PROBE], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    probe = json.loads(result.stdout.splitlines()[-1])
+    assert {"check", "train", "demo", "sweep", "launch", "lab"} <= set(probe["names"])
+    assert len(probe["loaded"]) == len(probe["names"]) + 2
+    assert {args: heavy for args, heavy in probe["loaded"].items() if heavy} == {}
 
 
 def in_process(capsys, *args) -> str:
@@ -99,6 +139,7 @@ def test_train_prints_the_run_directory_last_and_masks_secrets(tmp_path):
     assert "2 steps; success rate" in result.stdout
 
 
+@only_if(VERL_FEATURES["verl-actor"].available())  # verl 0.8.0 refuses it: tests/test_verl_actor.py
 def test_train_on_verls_own_actor_engine(tmp_path):
     # the issue's command, at TINY_RUN's sizes: agl-lab train lab.actor=verl trainer.total_training_steps=3
     run_dir = tmp_path / "run"
@@ -118,9 +159,22 @@ def test_demo_writes_figures_and_a_summary_table_and_prints_its_folder_last(tmp_
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == str(out.resolve())
     assert not re.search(r"\de[+-]\d", result.stdout), "the summary table prints a number in exponent form"
-    for name in ("panels.png", "success.png", "rows_vs_rollouts.png", "drops.png", "summary.csv", "summary.md"):
+    files = ("panels.png", "success.png", "rows_vs_rollouts.png", "drops.png", "summary.csv", "summary.md")
+    for name in (*files, "effects.csv", "effects.md"):
         assert (out / name).stat().st_size > 0, name
         assert f"  {out / name}" in result.stdout  # listed under "Written:"
+    # one seed: the effects table says so rather than guess, after the summary and before the files
+    effects = result.stdout.split("Effects on lab/success_rate (per run, the mean over the last 20%", 1)[1]
+    lines = effects.split("\nWritten:", 1)[0].strip().splitlines()[1:]
+    assert [line.split(":")[0].strip() for line in lines] == ["both_on − both_off", "both_on_cap2 − both_off"]
+    assert all(line.endswith("from 1 pair: need ≥ 2 seeds per setting") for line in lines), lines
+    assert (
+        (out / "effects.csv")
+        .read_text()
+        .startswith(
+            "setting,baseline,metric,n_pairs,mean_diff,sd_diff,ci_low,ci_high,p_value,seeds_needed\nboth_on,both_off,"
+        )
+    )
     summary = (out / "summary.csv").read_text().splitlines()
     assert summary[0].startswith("setting,n_seeds,steps,success_first_20pct,success_last_20pct")
     assert [line.split(",")[0] for line in summary[1:]] == ["both_on", "both_off", "both_on_cap2"]
@@ -179,11 +233,54 @@ def test_several_values_are_refused_outside_sweep():
     assert "lab.seed=0,1: several values (a sweep) are accepted only by `agl-lab sweep`" in result.stderr
 
 
+def test_a_typod_value_is_one_error_naming_the_nearest_and_nothing_runs(capsys, tmp_path):
+    typo = "actor_rollout_ref.actor.policy_loss.loss_mode=per_rollout_maen"
+    error = (
+        "actor_rollout_ref.actor.policy_loss.loss_mode: unknown value 'per_rollout_maen' (did you mean "
+        "'per_rollout_mean'?) -> fix: use one of: "
+    )
+    # train: the item after --show-config counts (lab.seed: 7), the doctor says one thing, on stderr, and stops
+    capsys.readouterr()
+    assert main(["train", "--show-config", "lab.seed=7", typo]) == 1
+    out, err = capsys.readouterr()
+    assert "\n  seed: 7\n" in out and "warning" not in out and "note" not in out
+    assert len(err.splitlines()) == 1 and err.startswith(f"  error   {error}")
+    # sweep: --seeds takes its seeds and leaves the item; every setting is checked before anything is created
+    out_dir = tmp_path / "sweep"
+    argv = ["sweep", "--seeds", "0", "1", f"{typo},vanilla", "--executor", "serial", "--out", str(out_dir)]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == f"Base: short-run = {BASES['short-run'].label}\n"
+    assert len(err.splitlines()) == 1 and err.startswith(f"agl-lab: config error: {error}")
+    assert not out_dir.exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "seeds"), [("3", [3]), ("0,1,2", [0, 1, 2]), ("0-4", [0, 1, 2, 3, 4]), ("7,0-1", [7, 0, 1])]
+)
+def test_seeds_are_integers_lists_or_ranges(given, seeds):
+    assert seed_list(given) == seeds
+
+
+@pytest.mark.parametrize(
+    ("given", "error"),
+    [
+        ("0-x", "'0-x' is not a seed: give integers (0 1 2), a list (0,1,2) or a range (0-4)"),
+        ("1,,2", "'1,,2' is not a seed"),
+        ("4-1", "'4-1' is an empty range: the first seed comes first (0-4)"),
+    ],
+)
+def test_a_seed_that_is_none_is_a_usage_error(capsys, given, error):
+    with pytest.raises(SystemExit) as exit_:
+        main(["sweep", "--seeds", given])
+    assert exit_.value.code == 2 and f"argument --seeds: {error}" in capsys.readouterr().err
+
+
 def test_sweep_trains_settings_times_seeds_and_writes_the_demos_files(tmp_path):
     out = tmp_path / "sweep"
-    result = run(
-        "sweep", "agentlightning.max_ppo_update_times=null,1", *TINY_RUN, "--seeds", "0", "1", "--executor", "serial",
-        "--out", str(out), "--wandb-mode", "disabled", "--band", "seeds",
+    result = run(  # in the order people type: options, then the items (--seeds never takes one)
+        "sweep", "--seeds", "0-1", *TINY_RUN, "--executor", "serial", "--out", str(out),
+        "agentlightning.max_ppo_update_times=null,1", "--wandb-mode", "disabled", "--band", "seeds",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
@@ -199,10 +296,56 @@ def test_sweep_trains_settings_times_seeds_and_writes_the_demos_files(tmp_path):
         ["max_ppo_update_times-1", "2"],
     ]
     assert all((out / name).stat().st_size > 0 for name in ("panels.png", "success.png", "summary.md"))
+    # the effects against the first setting (the default baseline here) are scipy's paired t-test of the runs' success
+    # over their last 20% of steps (2 steps: the last one), read back from each run's metrics.jsonl
+    last = {
+        (c, s): json.loads(
+            (out / f"max_ppo_update_times-{c}" / f"seed-{s}" / "metrics.jsonl").read_text().splitlines()[-1]
+        )["lab/success_rate"]
+        for c in ("null", "1")
+        for s in (0, 1)
+    }
+    test = ttest_rel([last[("1", s)] for s in (0, 1)], [last[("null", s)] for s in (0, 1)])
+    effects = pd.read_csv(out / "effects.csv").iloc[0]
+    assert (effects.setting, effects.baseline, effects.n_pairs) == (
+        "max_ppo_update_times-1",
+        "max_ppo_update_times-null",
+        2,
+    )
+    assert effects.p_value == pytest.approx(test.pvalue, nan_ok=True)
+    assert effects.ci_low == pytest.approx(test.confidence_interval().low, nan_ok=True)
+    assert "max_ppo_update_times-1 − max_ppo_update_times-null: " in result.stdout
 
 
-def test_lab_starts_jupyterlab_from_this_environment_on_the_notebooks():
-    result = run("lab", "--version")  # jupyter lab answers and exits: the real command, without a server
+def test_sweep_refuses_a_baseline_it_does_not_sweep_before_anything_runs(tmp_path):
+    result = run("sweep", "lab.seed=0", "--baseline", "nope", "--out", str(tmp_path / "s"), "--executor", "serial")
+    assert result.returncode == 2 and not (tmp_path / "s").exists()
+    assert (
+        "--baseline 'nope' is not a setting of this sweep; choose one of ['both_on', 'both_off', 'both_on_cap2']"
+        in (result.stderr)
+    )
+
+
+def test_reproduce_lists_its_experiments_refuses_unknown_ones_and_runs_one(tmp_path):
+    listed = run("reproduce", "--list")
+    assert listed.returncode == 0 and "row-split\n  claim: " in listed.stdout and "arXiv:2503.20783" in listed.stdout
+    unknown = run("reproduce", "nope")
+    assert unknown.returncode == 2
+    assert "unknown experiment 'nope'; choose one of ['row-split', 'length-bias', 'update-cap']" in unknown.stderr
+    out = tmp_path / "cap"
+    result = run(
+        "reproduce", "update-cap", *TINY_RUN, "--pilot-seeds", "2", "--max-seeds", "2", "--executor", "serial",
+        "--wandb-mode", "disabled", "--out", str(out),
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "--ServerApp.root_dir=" in result.stdout and "/lab/tree/notebooks" in result.stdout
-    assert result.stdout.strip().splitlines()[-1][0].isdigit()  # jupyterlab's version
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == f"Base: short-run = {BASES['short-run'].label}" and lines[1].startswith(
+        "Reproduction update-cap: "
+    )
+    assert lines[-1] == str(out.resolve())
+    assert "Checks (2 seeds, " in result.stdout and "] lab/ppo_updates (all): both_on_cap2 − both_on: " in result.stdout
+    assert re.search(r"\nupdate-cap: (reproduced|NOT reproduced)\n", result.stdout)
+    assert f"  {out / 'report.md'}" in result.stdout and (out / "report.md").read_text().startswith("# Reproduction")
+    assert sorted(p.parent.relative_to(out).as_posix() for p in out.rglob("cell.json")) == [
+        f"{setting}/seed-{seed}" for setting in ("both_on", "both_on_cap2") for seed in (0, 1)
+    ]

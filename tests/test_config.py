@@ -211,14 +211,14 @@ def test_null_default_keys_take_their_declared_type():
         dotlist=[
             "trainer.total_training_steps=5",
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-            "actor_rollout_ref.actor.policy_loss.dro_beta=1",  # a float field: the int becomes 1.0
+            "distillation.distillation_loss.loss_max_clamp=1",  # a float field: the int becomes 1.0
             "agentlightning.hooks={on_step:x}",  # null and undeclared: any value
             "~agentlightning.k8s.job_template_path",  # a null default may be deleted
         ]
     )
     assert cfg.trainer.total_training_steps == 5 and cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 4
-    assert cfg.actor_rollout_ref.actor.policy_loss.dro_beta == 1.0
-    assert isinstance(cfg.actor_rollout_ref.actor.policy_loss.dro_beta, float)
+    assert cfg.distillation.distillation_loss.loss_max_clamp == 1.0
+    assert isinstance(cfg.distillation.distillation_loss.loss_max_clamp, float)
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,36 @@
-"""verl's ``cpu`` platform: switched on for a block through verl's own registries, everything as before after it."""
+"""verl's ``cpu`` platform: switched on for a block through verl's own registries, everything as before after it.
 
+verl's platform registry exists from verl 0.9.0 on; under verl 0.8.0 this module checks the clear refusal instead.
+"""
+
+import importlib
+from importlib.metadata import version
+
+import pytest
 import torch
-from verl.plugin.platform import PlatformRegistry, get_platform, platform_manager
 from verl.utils.device import get_device_id, get_device_name, get_nccl_backend, get_torch_device
 from verl.workers.engine import EngineRegistry
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
-from agl_lab.training.cpu_platform import CPU, PlatformCPU, cpu_platform
+from agl_lab.config.verl_features import VERL_FEATURES
+from conftest import only_if
+
+PLATFORMS = VERL_FEATURES["verl-actor"]
+if PLATFORMS.available():
+    from verl.plugin.platform import PlatformRegistry, get_platform, platform_manager
+
+    from agl_lab.training.cpu_platform import CPU, PlatformCPU, cpu_platform
+
+
+@only_if(not PLATFORMS.available())
+def test_an_older_verl_gets_an_import_error_naming_the_verl_it_needs():
+    with pytest.raises(ImportError) as caught:
+        importlib.import_module("agl_lab.training.cpu_platform")
+    assert str(caught.value) == (
+        "agl_lab.training.cpu_platform: lab.actor=verl needs verl's platform registry (verl.plugin) to run verl's "
+        f"actor in the lab (verl 0.9.0 or newer); this environment has verl {version('verl')} (Agent Lightning 1.0.x "
+        "installs 0.8.0)"
+    )
 
 
 def registries():
@@ -14,6 +38,7 @@ def registries():
     return dict(PlatformRegistry._platforms), {backend: dict(keys) for backend, keys in engines.items()}
 
 
+@only_if(PLATFORMS.available())
 def test_inside_the_block_verl_sees_the_host_cpu_and_serves_its_fsdp_engine_there():
     before, registered = platform_manager._current_platform, registries()
     with cpu_platform() as platform:
@@ -28,6 +53,7 @@ def test_inside_the_block_verl_sees_the_host_cpu_and_serves_its_fsdp_engine_ther
     assert registries() == registered
 
 
+@only_if(PLATFORMS.available())
 def test_the_device_module_has_what_verl_calls_with_the_cpus_meaning():
     device = PlatformCPU().device_module
     assert device.is_available() and device.device_count() == 1  # torch.cpu's own
@@ -48,6 +74,7 @@ def test_the_device_module_has_what_verl_calls_with_the_cpus_meaning():
     assert torch.equal(torch.get_rng_state(), state)
 
 
+@only_if(PLATFORMS.available())
 def test_it_is_never_auto_detected_and_a_nested_block_changes_nothing():
     assert not PlatformCPU().is_platform_available(use_smi_check=True)  # a GPU host stays a GPU host
     before, registered = platform_manager._current_platform, registries()
@@ -59,6 +86,7 @@ def test_it_is_never_auto_detected_and_a_nested_block_changes_nothing():
     assert platform_manager._current_platform is before and registries() == registered
 
 
+@only_if(PLATFORMS.available())
 def test_an_unresolved_platform_stays_unresolved():
     before = platform_manager._current_platform
     platform_manager._current_platform = None  # verl has not resolved one yet in this process

@@ -118,13 +118,16 @@ def test_panels_keep_only_metrics_present_and_save_png_and_svg(tmp_path):
     fig = plot_panels(table(), band="ci95", overlay=table().assign(source="wandb", run="real"))
     titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
     assert titles == ["success per rollout vs score per row", "rows vs rollouts per step"]  # reward for success
-    assert fig.get_suptitle() == "settings compared: mean and 95% t-interval of the mean over n = 2–3 seeds"
+    assert fig.get_suptitle() == (
+        "settings compared: mean and 95% t-interval of the mean over n = 2–3 seeds, cut at the metric's bounds"
+    )
     paths = save_figure(fig, tmp_path / "panels")
     assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 1000 for p in paths)
     single = plot_bands(table(), "training/reward")
     legend = single.axes[0].get_legend()
     assert [t.get_text() for t in legend.get_texts()] == ["on (n=3)", "off (n=2)"]
-    assert legend.get_title().get_text() == "mean ± 1 std over n = 2–3 seeds"  # the band is always labelled, with n
+    # the band is always labelled, with n
+    assert legend.get_title().get_text() == "mean ± 1 std over n = 2–3 seeds, cut at the metric's bounds"
 
 
 def test_save_panels_writes_the_combined_figure_and_one_file_per_panel(tmp_path):

@@ -3,7 +3,8 @@ from omegaconf import OmegaConf
 
 from agl_lab import ConfigError, compose_config, diagnose
 from agl_lab.config.checks import lab_estimator_problem
-from agl_lab.config.doctor import raise_for_errors, settings_frame
+from agl_lab.config.compose import BASES, compose_from
+from agl_lab.config.doctor import bad_keys_and_values, raise_for_errors, settings_frame
 from agl_lab.config.settings import SETTINGS
 from agl_lab.lab.examples import EXAMPLE_OVERRIDES
 
@@ -156,6 +157,19 @@ def test_errors_name_the_key_and_the_fix(dotlist, key, text):
         raise_for_errors(errors)
 
 
+def test_a_typod_value_is_the_one_finding():
+    # without the stop, 'per_rollout_maen' also drew a warning (rollout-level advantage without per_rollout_mean)
+    # and the no-cap note: advice about a value that does not exist
+    typo = "actor_rollout_ref.actor.policy_loss.loss_mode=per_rollout_maen"
+    assert [(f.level, f.key) for f in findings(typo)] == [("error", "actor_rollout_ref.actor.policy_loss.loss_mode")]
+    cfg = compose_config(overrides=EXAMPLE_OVERRIDES, dotlist=[typo])
+    assert bad_keys_and_values(cfg) == diagnose(cfg)
+    assert (
+        bad_keys_and_values(compose_config(overrides=EXAMPLE_OVERRIDES, dotlist=["algorithm.adv_estimator=remax"]))
+        == []
+    )
+
+
 def test_misspelt_keys_and_wrong_types_in_a_config_from_elsewhere():
     # A config loaded from YAML (a run directory, a colleague's file) skips compose_config's checks.
     cfg = compose_config(overrides=EXAMPLE_OVERRIDES)
@@ -213,6 +227,18 @@ def test_more_turns_than_the_short_run_limits_fit_is_a_warning_with_the_limits_t
     transition = short_run_config(dotlist=["lab.max_turns=8", "agentlightning.trace_aggregator.level=transition"])
     (warning,) = [f for f in diagnose(transition) if f.key == "lab.max_turns"]
     assert "set data.max_prompt_length=45 and data.max_response_length=4" in warning.fix  # 3 + 6 x 7
+
+
+def test_for_agent_lightnings_trainer_no_finding_is_about_the_lab_task_or_its_knobs():
+    # Agent Lightning's calc_x example's response limit: the lab's lock task would outgrow the trajectory limits
+    cfg = compose_from("agl", dotlist=["algorithm.adv_estimator=grpo", "data.max_response_length=2048", "lab.seed=-1"])
+    for_lab = diagnose(cfg)
+    assert {"lab.max_turns", "lab.seed"} <= {f.key for f in for_lab}
+    for_agl = diagnose(cfg, trainer="agl")
+    assert for_agl == [f for f in for_lab if not f.key.startswith("lab.")] and for_agl  # the rest is the same
+    with pytest.raises(ValueError, match=r"trainer must be one of \('lab', 'agl'\), got 'verl'"):
+        diagnose(cfg, trainer="verl")
+    assert BASES["agl"].trainer == "agl" and {BASES[b].trainer for b in ("example", "short-run")} == {"lab"}
 
 
 @pytest.mark.parametrize(

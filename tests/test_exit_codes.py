@@ -4,6 +4,8 @@ refused before anything is created. In-process through ``agl_lab.cli.main`` (the
 import errno
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -148,6 +150,30 @@ def test_a_valid_agent_lightning_config_the_example_cannot_run_is_explained(caps
     )
     assert code == 0 and err == []
     assert "Example batch skipped: algorithm.adv_estimator=gae needs a critic's values" in out
+
+
+def test_each_kind_of_failure_has_its_code():
+    from agl_lab.exit_codes import exit_code
+    from agl_lab.lab.batch_io import BatchFileError
+    from agl_lab.training.locks import DirectoryBusyError
+    from agl_lab.training.process_state import Terminated
+    from agl_lab.training.tracking import ConcurrentRunError
+
+    assert exit_code(Terminated()) == 143 and exit_code(KeyboardInterrupt()) == 130
+    assert exit_code(ConcurrentRunError("x")) == 4 and exit_code(DirectoryBusyError("x")) == 4
+    assert exit_code(BatchFileError("x")) == 5 and exit_code(PermissionError("x")) == 5
+    assert exit_code(ValueError("x")) == 2 and exit_code(RuntimeError("x")) == 70
+
+
+def test_classifying_an_error_loads_neither_torch_nor_verl():
+    # an OSError or a bad value in a command that never loaded the stack is reported at once
+    probe = (
+        "import sys; from agl_lab.exit_codes import exit_code; "
+        "print(exit_code(OSError('x')), exit_code(ValueError('x')), exit_code(RuntimeError('x')), "
+        "sorted(m for m in ('torch', 'verl') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["5", "2", "70", "[]"], result.stderr
 
 
 def test_help_lists_every_exit_code(capsys):

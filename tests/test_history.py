@@ -21,6 +21,7 @@ from agl_lab.curves.history import (
     require_metrics,
 )
 from agl_lab.curves.jsonl import DamagedFileWarning
+from agl_lab.training.tracking import finish_tracking
 from conftest import log_offline_run
 
 
@@ -120,7 +121,7 @@ def test_verl_file_backend_round_trip(tmp_path, monkeypatch):
     tracker = Tracking(project_name="p", experiment_name="exp", default_backend=["file"], config={"trainer": {}})
     for step in range(1, 4):
         tracker.log({"training/n_sample_trained": 6 * step, "actor/ppo_kl": 0.01}, step=step)
-    tracker.finish()
+    finish_tracking(tracker)  # Tracking.finish on verl 0.9; its backends one by one on verl 0.8.0, which lacks it
     table = read_verl_jsonl(tmp_path / "exp.jsonl")
     assert values(table, "training/n_sample_trained") == [6, 12, 18]
     assert set(table.source) == {"verl-file"}

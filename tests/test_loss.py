@@ -22,6 +22,7 @@ from agl_lab import (
     compute_policy_loss_per_rollout_mean,
     normalize_advantages_by_rollout,
 )
+from agl_lab.config.verl_features import VERL_FEATURES
 from agl_lab.core.loss import register_in_worker
 
 
@@ -256,7 +257,10 @@ def test_equals_verls_vanilla_loss_summed_over_tokens(rows, width, dp_size, seed
     mask = (torch.rand(rows, width, generator=gen) > 0.3).long()
     config = actor_config(dp_size=dp_size, clip_ratio_low=clip[0], clip_ratio_high=clip[1])
     ours, our_metrics = get_policy_loss_fn("per_rollout_mean")(old, new, advantages, mask, "token-mean", config)
-    verls, verl_metrics = get_policy_loss_fn("vanilla")(old, new, advantages, mask, "token-sum", config)
+    aggregation = "token-sum"
+    if not VERL_FEATURES["token-sum"].available():  # verl 0.8.0: its seq-mean-token-sum over one row is the same sum
+        aggregation, config.global_batch_info["global_batch_size"] = "seq-mean-token-sum", 1
+    verls, verl_metrics = get_policy_loss_fn("vanilla")(old, new, advantages, mask, aggregation, config)
     torch.testing.assert_close(ours, verls)
     assert our_metrics == pytest.approx(verl_metrics, nan_ok=True)
 

@@ -8,11 +8,7 @@ into Agent Lightning's config must give agl_lab's resolved values.
 
 from __future__ import annotations
 
-import copy
-
-from agl_oracle import agl
-from hydra import compose, initialize_config_module
-from hydra.core.global_hydra import GlobalHydra
+from agl_oracle import agl_config
 from omegaconf import OmegaConf
 
 from agl_lab import compose_config
@@ -21,22 +17,6 @@ from agl_lab.config.handoff import overrides
 
 # In agl_lab's YAML, not in 1.0.2's: its trainer reads it with trace_aggregator.get(...), default None.
 LISTED_ONLY_BY_AGL_LAB = "trajectory_max_total_length"
-
-
-def agl_config():
-    """Agent Lightning's own composed config, as its launch scripts compose it (struct mode off)."""
-    agl()  # the oracle is installed (a missing one fails here, not with a skip)
-    saved = copy.deepcopy(GlobalHydra.instance()) if GlobalHydra.instance().is_initialized() else None
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_module(config_module="agentlightning.verl", version_base=None):
-            cfg = compose(config_name="config")
-    finally:
-        GlobalHydra.instance().clear()
-        if saved is not None:
-            GlobalHydra.instance().initialize(saved.hydra)
-    OmegaConf.set_struct(cfg, False)
-    return cfg
 
 
 def plain(cfg):

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from agl_oracle import agl, assert_same_error, assert_same_tensor, count, examples, outcome
+from agl_oracle import N_EXAMPLES, agl, assert_same_error, assert_same_tensor, count, examples, outcome
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
@@ -31,7 +31,6 @@ from agl_lab import (
     normalize_advantages_by_rollout,
 )
 
-N_EXAMPLES = 2000
 SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 ADV_DTYPES = (torch.float32, torch.bfloat16, torch.float64, torch.float16)
 MASK_DTYPES = (torch.long, torch.bool, torch.int32, torch.float32)

@@ -1,5 +1,6 @@
 """One line per setting from a long-form table: success early and late, rows, drops, updates, over seeds."""
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -67,3 +68,18 @@ def test_numbers_are_never_in_exponent_form():
     assert [number(v) for v in (1164.0, 64.0, 2.5799, 0.000123, float("nan"), "both_on")] == [
         "1164", "64", "2.58", "0.000123", "nan", "both_on",
     ]  # fmt: skip
+
+
+def test_the_windows_of_a_runs_steps_are_defined_once():
+    from agl_lab.curves.summary import WINDOWS, window_mean
+
+    values = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, float("nan")]  # 10 steps: 20% = 2 steps
+    assert window_mean(values, "first_20pct") == 0.5
+    assert window_mean(values, "last_20pct") == 8.0  # the NaN step is left out of its window
+    assert window_mean(values, "all") == 4.0
+    assert window_mean(values, "last_minus_first") == 7.5
+    assert np.isnan(window_mean([1.0, float("nan")], "last_20pct"))  # nothing finite: NaN, and no warning
+    assert success_first_last(values) == (0.5, 8.0)
+    with pytest.raises(ValueError, match=r"window must be one of \['first_20pct', 'last_20pct', 'all', 'last_minus"):
+        window_mean(values, "middle")
+    assert list(WINDOWS) == ["first_20pct", "last_20pct", "all", "last_minus_first"]

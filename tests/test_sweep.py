@@ -9,7 +9,7 @@ import pytest
 
 from agl_lab import ConfigError
 from agl_lab.curves.history import read_wandb_offline
-from agl_lab.training.sweep import plan_sweep, run_sweep
+from agl_lab.training.sweep import plan_sweep, run_sweep, shared_ray
 from conftest import TINY_RUN, start_gated
 
 SETTINGS = {
@@ -69,8 +69,13 @@ def test_ray_and_serial_executors_give_the_same_table(tmp_path):
     import ray
 
     assert not ray.is_initialized()
-    on_ray = sweep(tmp_path, "ray", executor="ray", num_cpus=2)
+    kwargs = {"sweep_dir": tmp_path / "ray", "dotlist": TINY_RUN, "progress": False, "executor": "ray", "num_cpus": 2}
+    run_sweep(SETTINGS, [0], **kwargs)
     assert not ray.is_initialized()  # the sweep shut down the Ray instance it started
+    with shared_ray():  # a reproduction's rounds: the instance the first sweep starts outlives it, until the block ends
+        on_ray = run_sweep(SETTINGS, [0, 1], **kwargs)  # seed 0 done: runs seed 1's cells
+        assert ray.is_initialized()
+    assert not ray.is_initialized()
     serial = sweep(tmp_path, "serial")
     assert on_ray.cells["status"].tolist() == ["done"] * 4
     pd.testing.assert_frame_equal(canonical(on_ray.table), canonical(serial.table))
@@ -107,6 +112,12 @@ def test_a_failing_cell_never_loses_the_others(tmp_path):
         ({"a": []}, [], ValueError, "seeds is empty"),
         ({"a/b": []}, [0], ValueError, "setting name 'a/b' must be letters"),
         ({"a": ["agentlightning.max_ppo_update_time=2"]}, [0], ConfigError, "did you mean"),
+        (  # a typo'd value too (the doctor's errors about known values fail their cell alone, see above)
+            {"a": [], "b": ["actor_rollout_ref.actor.policy_loss.loss_mode=per_rollout_maen"]},
+            [0],
+            ConfigError,
+            "unknown value 'per_rollout_maen' (did you mean 'per_rollout_mean'?)",
+        ),
     ],
 )
 def test_bad_sweeps_fail_before_anything_runs(tmp_path, settings, seeds, error, text):

@@ -132,6 +132,16 @@ def test_failing_rollouts_make_the_most_calls_and_ids_follow_agent_lightning():
     assert metrics["lab/generated_tokens"] == sum(len(c.response_ids) for r in rollouts for c in r.calls)
 
 
+def test_response_lengths_per_call_of_the_solved_and_the_failed_rollouts():
+    rollouts, metrics = rollouts_of(rewrite_prob=0.3, seed=1)
+    for name, reward in (("solved", 1.0), ("failed", 0.0)):
+        lengths = [len(c.response_ids) for r in rollouts if r.reward == reward for c in r.calls]
+        assert lengths and metrics[f"lab/response_length_{name}"] == pytest.approx(np.mean(lengths))
+    # a step without a failed rollout logs no failed length (absent, not 0)
+    _, none_failed = rollouts_of(rewrite_prob=0.3, max_turns=1, n=1, seed=1)
+    assert ("lab/response_length_failed" in none_failed) == (none_failed["lab/success_rate"] < 1)
+
+
 @pytest.mark.parametrize("rewrite_prob", [0.0, 1.0])
 def test_rows_per_rollout_follow_the_rewrites_at_the_trajectory_level(rewrite_prob):
     rollouts, metrics = rollouts_of(rewrite_prob=rewrite_prob)

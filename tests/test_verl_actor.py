@@ -1,5 +1,7 @@
 """``lab.actor=verl``: verl 0.9.1's own actor engine in the lab process, against the lab's own update loop.
 
+It needs verl's platform registry (verl 0.9.0 on); under verl 0.8.0 this module checks that it is refused by name.
+
 Equal where they can be: the same batches, ``actor.shuffle=false`` (the default; verl and the lab shuffle with
 different generators), one torch thread, fp32 and the lab model's attention (both set by ``verl_worker_config``).
 Each backend trains its own copy of the same initial policy on the batches the lab copy samples, each with its own
@@ -18,11 +20,11 @@ import pytest
 import torch
 import torch.distributed as dist
 from hydra.errors import InstantiationException
-from verl.plugin.platform import PlatformRegistry, platform_manager
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.engine import EngineRegistry
 
 from agl_lab import ConfigError, compute_advantages, select_rows, short_run_config, train
+from agl_lab.config.verl_features import VERL_FEATURES
 from agl_lab.core.aggregation import aggregate, aggregation_limits
 from agl_lab.core.pipeline import mini_batch_rows
 from agl_lab.training.actor import LabActor, compute_log_probs
@@ -30,7 +32,11 @@ from agl_lab.training.policy import build_policy
 from agl_lab.training.rollout import collect_rollouts, sampling_params
 from agl_lab.training.tasks import make_task
 from agl_lab.training.verl_actor import VerlActor
-from conftest import TINY_RUN
+from conftest import TINY_RUN, only_if
+
+PLATFORMS = VERL_FEATURES["verl-actor"]
+if PLATFORMS.available():
+    from verl.plugin.platform import PlatformRegistry, platform_manager
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-5
@@ -101,6 +107,7 @@ def process_state():
     }
 
 
+@only_if(PLATFORMS.available())
 @pytest.mark.parametrize("extra", [(), KL_ENTROPY_EPOCHS_COSINE], ids=["agl_defaults", "kl_entropy_epochs_cosine"])
 def test_both_backends_give_equal_old_log_probs_and_weights_over_several_updates(extra):
     cfg = tiny_cfg("trainer.total_training_steps=4", *extra)
@@ -145,6 +152,7 @@ def _params(verl):
     return [(name, tensor.detach()) for name, tensor in params]
 
 
+@only_if(PLATFORMS.available())
 def test_a_short_run_on_verls_actor_matches_the_lab_backend_and_leaves_the_process_as_it_was(tmp_path):
     before = process_state()
     verl_runs = [
@@ -175,6 +183,7 @@ def test_a_short_run_on_verls_actor_matches_the_lab_backend_and_leaves_the_proce
     assert max_weight_diff(saved.model, initial.model) > 1e-4
 
 
+@only_if(PLATFORMS.available())
 def test_a_failing_start_leaves_nothing_behind(monkeypatch):
     cfg = tiny_cfg()
     policy, _ = policy_and_task(cfg)
@@ -185,6 +194,7 @@ def test_a_failing_start_leaves_nothing_behind(monkeypatch):
     assert process_state() == before
 
 
+@only_if(PLATFORMS.available())
 def test_a_second_verl_actor_in_the_same_process_is_refused_clearly():
     cfg = tiny_cfg()
     policy, _ = policy_and_task(cfg)
@@ -195,6 +205,7 @@ def test_a_second_verl_actor_in_the_same_process_is_refused_clearly():
         pass
 
 
+@only_if(PLATFORMS.available())
 def test_a_log_prob_micro_batch_verl_cannot_split_is_refused_before_the_run_starts(tmp_path):
     # the lab backend would score 4 rows as 3 + 1; verl's worker asserts whole micro-batches
     micro = "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"
@@ -206,6 +217,7 @@ def test_a_log_prob_micro_batch_verl_cannot_split_is_refused_before_the_run_star
     assert process_state() == before
 
 
+@only_if(PLATFORMS.available())
 def test_a_process_group_the_caller_made_is_used_and_kept():
     cfg = tiny_cfg()
     policy, task = policy_and_task(cfg)
@@ -219,6 +231,17 @@ def test_a_process_group_the_caller_made_is_used_and_kept():
         assert log_probs.shape == batch.batch["responses"].shape and entropy is None
     finally:
         dist.destroy_process_group()
+
+
+@only_if(not PLATFORMS.available())
+def test_an_older_verl_refuses_lab_actor_verl_by_name_before_anything_starts(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        train(tiny_cfg("lab.actor=verl", f"lab.run_dir={tmp_path / 'run'}"), progress=False)
+    fix = "choose another actor, or verl 0.9.1 (make ... VERL=0.9.1)"
+    assert str(caught.value).splitlines()[1:] == [f"  - error   lab.actor: {PLATFORMS.problem()} -> fix: {fix}"]
+    needs = "lab.actor=verl needs verl's platform registry (verl.plugin) to run verl's actor in the lab (verl 0.9.0"
+    assert needs in str(caught.value)
+    assert not (tmp_path / "run").exists() and not dist.is_initialized()
 
 
 def test_gpu_check_says_it_needs_cuda_and_exits_2_on_a_machine_without_one():

@@ -31,7 +31,6 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from agl_lab.config.key_types import default_value, expected_value, type_problem
-from agl_lab.config.lab_config import LabConfig
 from agl_lab.config.secrets import redact_argv
 from agl_lab.config.tree import leaves, paths
 
@@ -48,6 +47,7 @@ class Base:
     name: str
     label: str  # one line: what every subcommand prints as the base it composed from
     yaml: Path | None = None
+    trainer: str = "lab"  # whose trainer its configs go to (agl_lab.config.doctor.TRAINERS): the doctor speaks of it
 
     def overrides(self) -> dict[str, Any]:
         """This base's overrides over Agent Lightning's defaults, as a nested dict (empty for ``agl``)."""
@@ -56,7 +56,7 @@ class Base:
 
 _AGL = "Agent Lightning's defaults"
 BASES: dict[str, Base] = {  # what each entrance composes from; `agl-lab check --base NAME` checks any
-    "agl": Base("agl", f"{_AGL} (verl's ppo_trainer + Agent Lightning's additions), nothing else"),
+    "agl": Base("agl", f"{_AGL} (verl's ppo_trainer + Agent Lightning's additions), nothing else", trainer="agl"),
     "example": Base(
         "example", f"{_AGL} + conf/example.yaml (grpo, 2 prompts x 3 rollouts)", SHORT_RUN_YAML.parent / "example.yaml"
     ),
@@ -71,6 +71,8 @@ class ConfigError(ValueError):
 @functools.lru_cache(maxsize=1)
 def shared_base() -> DictConfig:
     """The composed base (:func:`base_config`), one object shared by every reader: never modify it."""
+    from agl_lab.config.lab_config import LabConfig  # here, not at the top: it loads the loss module (torch, verl)
+
     saved = copy.deepcopy(GlobalHydra.instance()) if GlobalHydra.instance().is_initialized() else None
     GlobalHydra.instance().clear()
     try:

@@ -4,9 +4,14 @@ It reads any composed config (``agl_lab.compose_config``, a run's saved ``config
 hand) and explains what would surprise a researcher at step 1 or step 500: the rollout-level pair set
 half-way, estimators Agent Lightning refuses, a dual-clip constant that verl rejects, an update cap
 that drops everything, a mini-batch larger than the batch, misspelt keys, wrong types and unknown
-enum values, and single values that would crash or train nothing (:mod:`agl_lab.config.checks`: NaN
-numbers, ``top_p=0``, micro-batches or ``ppo_epochs`` of 0, GAE without its critic). Errors stop
-``agl-lab train`` and go to stderr; warnings and notes are printed.
+enum values, single values that would crash or train nothing (:mod:`agl_lab.config.checks`: NaN
+numbers, ``top_p=0``, micro-batches or ``ppo_epochs`` of 0, GAE without its critic), and what the installed verl
+lacks (:mod:`agl_lab.config.verl_features`: ``token-sum`` on verl 0.8.0). Errors stop ``agl-lab train`` and go to
+stderr; warnings and notes are printed.
+
+``trainer`` says whose trainer gets the config: ``lab`` (the short-run trainer: the lab's task and its ``lab.*``
+knobs count) or ``agl`` (Agent Lightning's, as ``agl-lab launch`` sends it: their agent makes the rollouts and the
+``lab:`` section is dropped, so no finding is about a ``lab.*`` knob or the lab's task).
 """
 
 from __future__ import annotations
@@ -35,10 +40,21 @@ from agl_lab.config.settings import (
 )
 from agl_lab.config.task_rows import row_limit_problem
 from agl_lab.config.tree import INTERPOLATION, leaves
+from agl_lab.config.verl_features import feature_for, verl_notes, verl_problems
 from agl_lab.core.aggregation import TRACE_LEVELS
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, PER_ROLLOUT_MEAN_LOSS_MODE
 
-__all__ = ["Finding", "diagnose", "findings_frame", "raise_for_errors", "settings_frame"]
+__all__ = [
+    "TRAINERS",
+    "Finding",
+    "bad_keys_and_values",
+    "diagnose",
+    "findings_frame",
+    "raise_for_errors",
+    "settings_frame",
+]
+
+TRAINERS = ("lab", "agl")  # whose trainer a config is diagnosed for (module docstring)
 
 # Estimators whose advantages vary along a row: rollout-level advantage cannot broadcast them.
 TOKEN_LEVEL_ESTIMATORS = ("gae", "optimal_token_baseline", "tir_optimal_token_baseline")
@@ -51,24 +67,37 @@ ADV, PAIR_ADV = ESTIMATOR, ROLLOUT_LEVEL
 _ABSENT = object()  # a path the base does not have
 
 
-def diagnose(cfg: DictConfig, *, composed: bool = False) -> list[Finding]:
-    """Every finding for ``cfg``, errors first.
+def diagnose(cfg: DictConfig, *, trainer: str = "lab", composed: bool = False) -> list[Finding]:
+    """Every finding for ``cfg`` as ``trainer`` (``lab`` or ``agl``: :data:`TRAINERS`) would run it, errors first.
 
     ``composed=True``: ``cfg`` is what :func:`agl_lab.compose_config` returned, which has checked its keys, types and
     interpolations already (it raises otherwise); those checks are skipped, the rest is the same. Resolving the
     interpolations again is most of the doctor's time, which a live form (notebook 02) pays on every change.
     """
-    findings = [] if composed else _structure(cfg)
-    if any(f.level == "error" for f in findings):
-        return findings  # semantic checks would only repeat the same broken values
+    if trainer not in TRAINERS:
+        raise ValueError(f"trainer must be one of {TRAINERS}, got {trainer!r}")
+    findings = _enums(_getter(cfg)) if composed else bad_keys_and_values(cfg)
+    if findings:
+        return findings  # the checks below would reason about keys and values that do not exist
     get = _getter(cfg)
-    findings += _enums(get)
     findings += value_findings(cfg, get)
     findings += _pair(get)
     findings += _algorithm(get)
-    findings += _task_rows(cfg)
+    findings += [Finding("error", key, message, fix) for key, message, fix in verl_problems(cfg)]
+    findings += [Finding("note", key, message, fix) for key, message, fix in verl_notes(cfg)]
+    if trainer == "lab":
+        findings += _task_rows(cfg)
+    else:  # Agent Lightning's trainer never reads lab: (launch drops it) and runs its users' agents, not the lab's task
+        findings = [f for f in findings if not f.key.startswith("lab.")]
     order = {"error": 0, "warning": 1, "note": 2}
     return sorted(findings, key=lambda f: order[f.level])
+
+
+def bad_keys_and_values(cfg: DictConfig) -> list[Finding]:
+    """The errors no run of ``cfg`` gets past, whatever the rest says: unknown keys, values of the wrong type, and
+    values outside a key's choices (a typo, with the nearest choice). :func:`diagnose` stops at them."""
+    findings = _structure(cfg)
+    return findings or _enums(_getter(cfg))
 
 
 def settings_frame(cfg: DictConfig) -> pd.DataFrame:
@@ -100,7 +129,7 @@ def findings_frame(findings: list[Finding]) -> pd.DataFrame:
 
 def raise_for_errors(findings: list[Finding]) -> None:
     """Raise :class:`ConfigError` with every error finding, one per line."""
-    errors = [str(f) for f in findings if f.level == "error"]
+    errors = [f"{f.key}: {f.message} -> fix: {f.fix}" for f in findings if f.level == "error"]
     if errors:
         raise ConfigError("config has problems:\n" + "\n".join(f"  - {e}" for e in errors))
 
@@ -147,8 +176,8 @@ def _enums(get) -> list[Finding]:
     findings = []
     for key, allowed in choices.items():
         value = get(key)
-        if isinstance(value, str) and value in allowed:
-            continue
+        if isinstance(value, str) and (value in allowed or feature_for(key, value)):
+            continue  # (a value only a newer verl has: verl_problems names the version it needs)
         near = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.5)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         findings.append(Finding("error", key, f"unknown value {value!r}{hint}", f"use one of: {', '.join(allowed)}"))

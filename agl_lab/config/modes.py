@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from agl_lab.config.verl_features import VerlFeature, feature_for, forced_aggregation
 from agl_lab.core import weights
 from agl_lab.core.loss import CISPO_PER_ROLLOUT_MEAN_LOSS_MODE, PER_ROLLOUT_MEAN_LOSS_MODE
 
@@ -63,7 +64,8 @@ DEPENDENCIES = ("batch composition", "micro-batch size", "dp size")
 # verl 0.9.1 registry entries that aggregate through agg_loss with the configured loss_agg_mode, so at ratio 1 they
 # weigh like that mode (clip_cov also zeroes max(1, ⌊clip_cov_ratio·N_μ⌋) random tokens per micro-batch;
 # bypass_mode multiplies by its rejection mask; every one by rollout_is_weights when the trainer passes them).
-# sapo and geo_mean aggregate their own way and have catalogue entries; per_rollout_mean is Agent Lightning's.
+# sapo and geo_mean aggregate their own way and have catalogue entries; per_rollout_mean is Agent Lightning's. (verl
+# 0.8.0's gspo forces seq-mean-token-mean; dro is verl 0.9's: agl_lab.config.verl_features.)
 AGG_LOSS_POLICY_LOSSES = (
     "vanilla",
     "dppo_tv",
@@ -94,9 +96,19 @@ class LossMode:
     settings: Mapping[str, Any] = field(default_factory=dict)  # dotted config keys → values; empty: not trainable
 
     @property
+    def verl_feature(self) -> VerlFeature | None:
+        """What of verl's this mode needs that not every verl agl_lab is tested on has (``token-sum``: verl 0.9)."""
+        return next((f for key, value in self.settings.items() if (f := feature_for(key, value))), None)
+
+    @property
+    def verl_problem(self) -> str | None:
+        """Why the installed verl cannot train with this mode, naming the verl it needs; None when it can."""
+        return self.verl_feature.problem() if self.verl_feature else None
+
+    @property
     def trainable(self) -> bool:
-        """Whether Agent Lightning's trainer (and the lab trainer) can train with this mode."""
-        return bool(self.settings)
+        """Whether Agent Lightning's trainer (and the lab trainer) can train with this mode on the installed verl."""
+        return bool(self.settings) and self.verl_problem is None
 
 
 def _verl(name: str, formula: str, scale: str, weight, source: str, **kw) -> LossMode:
@@ -167,17 +179,23 @@ LOSS_MODES: dict[str, LossMode] = {
 
 
 def mode_settings(mode: str) -> dict[str, Any]:
-    """The config keys (dotted → value) that select catalogue mode ``mode`` in Agent Lightning's trainer."""
+    """The config keys (dotted → value) that select catalogue mode ``mode`` in Agent Lightning's trainer.
+
+    Raises ValueError for a mode no trainer can train with, and for one the installed verl lacks (naming the verl
+    it needs).
+    """
     entry = _entry(mode)
-    if not entry.trainable:
+    if not entry.settings:
         raise ValueError(f"loss mode {mode!r} ({entry.family}) is not one Agent Lightning's trainer can train with")
+    if entry.verl_problem:
+        raise ValueError(f"loss mode {mode!r}: {entry.verl_problem}")
     return dict(entry.settings)
 
 
 def mode_from_config(cfg: DictConfig) -> str | None:
     """The catalogue mode a composed config selects, or None when no entry's keys match (say, ``gspo``)."""
     for name, entry in LOSS_MODES.items():
-        if entry.trainable and all(
+        if entry.settings and all(
             OmegaConf.select(cfg, key, default=None) == value for key, value in entry.settings.items()
         ):
             return name
@@ -187,14 +205,15 @@ def mode_from_config(cfg: DictConfig) -> str | None:
 def weighing_mode(cfg: DictConfig) -> str | None:
     """The catalogue mode whose weights the config's policy loss has at ratio 1, or None for a loss verl's
     registry lacks. A catalogue entry's own loss gives that entry; a registry loss that aggregates through
-    ``agg_loss`` (``gspo``, ``cispo``, …: :data:`AGG_LOSS_POLICY_LOSSES`) weighs like its ``loss_agg_mode``."""
+    ``agg_loss`` (``gspo``, ``cispo``, …: :data:`AGG_LOSS_POLICY_LOSSES`) weighs like its ``loss_agg_mode`` (verl
+    0.8.0's ``gspo`` like ``seq-mean-token-mean``, whatever that says: :func:`forced_aggregation`)."""
     own = mode_from_config(cfg)
     if own is not None:
         return own
     loss_mode = OmegaConf.select(cfg, _LOSS_MODE_KEY, default=None)
     agg_mode = OmegaConf.select(cfg, _AGG_KEY, default=None)
     if loss_mode in AGG_LOSS_POLICY_LOSSES and agg_mode in LOSS_MODES:
-        return str(agg_mode)
+        return forced_aggregation(loss_mode) or str(agg_mode)
     return None
 
 
@@ -212,6 +231,7 @@ def mode_table() -> str:
     ]
     for name, m in LOSS_MODES.items():
         keys = " ".join(f"`{k.rsplit('.', 1)[-1]}={v}`" for k, v in m.settings.items()) or "—"
+        keys += f" (verl ≥ {m.verl_feature.since})" if m.verl_feature else ""
         depends = ", ".join(m.depends_on) or "—"
         label = f"[{m.label}]({m.source})"
         lines.append(f"| `{name}` | {label} | `{m.formula}` | {m.scale} | {m.split} | {depends} | {keys} |")

@@ -21,6 +21,7 @@ from agl_lab.config.modes import mode_settings
 __all__ = [
     "CAP",
     "CAP_CHOICES",
+    "DEMO_BASELINE",
     "DEMO_SETTINGS",
     "DIVISOR",
     "ESTIMATOR",
@@ -108,3 +109,5 @@ DEMO_SETTINGS: dict[str, tuple[str, ...]] = {
     "both_off": tuple(format_dotlist(setting_overrides(rollout_level=False, mode="token-mean", cap=None))),
     "both_on_cap2": tuple(format_dotlist(setting_overrides(rollout_level=True, mode="per_rollout_mean:rows", cap=2))),
 }
+# What the demo's (and a sweep's, when it has it) effects are measured against: plain verl, the settings off.
+DEMO_BASELINE = "both_off"

@@ -222,3 +222,8 @@ def _summed(pg_losses: torch.Tensor, response_mask: torch.Tensor, config: Any) -
 
 def _qualname(fn: Any) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+# Importing this module registers both losses, as Agent Lightning's loss module does; `import agl_lab` imports it as
+# soon as verl's policy-loss registry is loaded (agl_lab/__init__.py), so that registry always holds them.
+register_in_worker()

@@ -2,5 +2,7 @@
 
 ``history`` (run directories, W&B offline/online/CSV, verl file logs) · ``jsonl`` (every complete line of a JSON-lines
 file) · ``wandb_offline`` (W&B's offline run file) ·
-``bands`` (mean and band per step) · ``summary`` (one line per setting) · ``figures`` (the history figures).
+``bands`` (mean and band per step) · ``bounds`` (each metric's physical range) · ``summary`` (one line per setting) ·
+``effects`` (paired effects over seeds) · ``verdicts`` (their lines and files) · ``forest`` (the forest plot) ·
+``figures`` (the history figures).
 """

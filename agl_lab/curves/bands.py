@@ -9,6 +9,10 @@ step, metric, value``). For each setting, metric and step the seeds are aggregat
 * ``std`` — mean ± one standard deviation across seeds (the spread of single runs, not of the mean).
 * ``seeds`` — no band: each seed drawn as its own thin line (the honest choice for two or three seeds).
 
+Both intervals are cut at the metric's physical bounds (:func:`agl_lab.curves.bounds.metric_bounds`: counts at 0,
+rates at 0 and 1): the true mean lies within them, so the cut interval covers it exactly as often as the uncut one,
+and a band never shows a negative count or a success rate above 1. The labels say so.
+
 ``n_seeds`` goes with every value, and the figures (:mod:`agl_lab.curves.figures`) print it in every legend.
 Notebook: ``notebooks/04_reproduce_curves.ipynb``.
 """
@@ -16,27 +20,22 @@ Notebook: ``notebooks/04_reproduce_curves.ipynb``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 import pandas as pd
 from scipy.stats import t as student_t
 
-__all__ = ["BAND_LABELS", "Band", "bands", "smoothed"]
+from agl_lab.curves.band_kinds import BAND_LABELS, Band
+from agl_lab.curves.bounds import metric_bounds
 
-Band = Literal["ci95", "std", "seeds"]
-BAND_LABELS = {
-    "ci95": "mean and 95% t-interval of the mean over n seeds",
-    "std": "mean ± 1 std over n seeds",
-    "seeds": "mean over n seeds (thick) and each seed (thin)",
-}
+__all__ = ["BAND_LABELS", "Band", "bands", "smoothed"]
 
 
 def bands(
     table: pd.DataFrame, metrics: Sequence[str] | None = None, *, band: Band = "std", smooth: int = 1
 ) -> pd.DataFrame:
     """Per setting, metric and step: ``mean``, ``low``, ``high`` and ``n_seeds`` (``low == high == mean`` for
-    ``seeds``, and wherever one seed leaves no interval).
+    ``seeds``, and wherever one seed leaves no interval); ``low``/``high`` within the metric's bounds.
 
     ``smooth`` > 1 first applies a trailing rolling mean of that many steps to each run (per seed).
     """
@@ -52,7 +51,10 @@ def bands(
         spread = spread / np.sqrt(n) * np.where(n > 1, t, 0.0)
     elif band == "seeds":
         spread = np.zeros(len(out))
-    out["low"], out["high"] = out["mean"] - spread, out["mean"] + spread
+    bounds = {metric: metric_bounds(metric) for metric in out["metric"].unique()}
+    low, high = (out["metric"].map({m: b[i] for m, b in bounds.items()}).to_numpy(float) for i in (0, 1))  # (points,)
+    out["low"] = np.maximum(out["mean"] - spread, low)
+    out["high"] = np.minimum(out["mean"] + spread, high)
     return out[["setting", "metric", "step", "mean", "low", "high", "n_seeds"]]
 
 

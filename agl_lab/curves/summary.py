@@ -3,16 +3,28 @@
 Success early and late (the mean over the first and the last 20% of steps: learning shows as the second well
 above the first), rows per rollout, rows trained and dropped, PPO updates per step; each averaged over the
 setting's seeds, with ``n_seeds`` beside it. ``agl-lab demo`` writes it as ``summary.csv`` and ``summary.md``.
+
+The windows of a run's steps (:data:`WINDOWS`, :func:`window_mean`) are defined here once: the summary's early and
+late success and :func:`agl_lab.curves.effects.compare_settings` both read them.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
-__all__ = ["SUCCESS", "markdown_table", "number", "success_first_last", "summarize"]
+__all__ = ["SUCCESS", "WINDOWS", "markdown_table", "number", "success_first_last", "summarize", "window_mean"]
 
 SUCCESS = "lab/success_rate"
+# The windows of a run's steps a value is averaged over (k = a fifth of the run's steps, at least one).
+WINDOWS = {
+    "first_20pct": "the mean over the first 20% of the run's steps",
+    "last_20pct": "the mean over the last 20% of the run's steps",
+    "all": "the mean over all the run's steps",
+    "last_minus_first": "the mean over the last 20% of the run's steps minus that over the first 20% (the change)",
+}
 
 
 def summarize(table: pd.DataFrame) -> pd.DataFrame:
@@ -32,9 +44,24 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
 
 def success_first_last(success: pd.Series | np.ndarray) -> tuple[float, float]:
     """Mean success over the first and over the last 20% of a run's steps (at least one step each)."""
-    values = np.asarray(success, dtype=float)
+    return window_mean(success, "first_20pct"), window_mean(success, "last_20pct")
+
+
+def window_mean(values: pd.Series | np.ndarray, window: str) -> float:
+    """The mean of a run's values (one per step, in step order) over ``window`` (a key of :data:`WINDOWS`).
+
+    Values that are not finite (NaN where a step did not log the metric, inf) are left out of the mean; a window
+    without a finite value gives NaN (no warning).
+    """
+    if window not in WINDOWS:
+        raise ValueError(f"window must be one of {list(WINDOWS)}, got {window!r}")
+    values = np.asarray(values, dtype=float)
+    if window == "last_minus_first":
+        return window_mean(values, "last_20pct") - window_mean(values, "first_20pct")
     k = max(1, len(values) // 5)
-    return float(np.nanmean(values[:k])), float(np.nanmean(values[-k:]))
+    part = {"first_20pct": values[:k], "last_20pct": values[-k:], "all": values}[window]
+    part = part[np.isfinite(part)]
+    return float(part.mean()) if len(part) else float("nan")
 
 
 def number(value) -> str:
@@ -44,6 +71,8 @@ def number(value) -> str:
         return str(value)
     if value.is_integer() or abs(value) >= 100:
         return f"{value:.0f}"
+    if abs(value) < 1e-4:  # where .3g would switch to exponent form: the same 3 digits, written out
+        return f"{value:.{min(2 - math.floor(math.log10(abs(value))), 20)}f}"
     return f"{value:.3g}"
 
 

@@ -106,12 +106,16 @@ def load_batch(path: str | os.PathLike, *, trusted: bool = False) -> DataProto:
 
 
 def data_dir() -> Path:
-    """The repository's ``data/`` folder, whatever the working directory (``AGL_LAB_DATA`` overrides it)."""
+    """The package's ``data/`` folder, whatever the working directory (``AGL_LAB_DATA`` overrides it).
+
+    In a clone ``agl_lab/data`` is a link to the repository's ``data/``; a wheel carries its files (package data),
+    so a plain install and a clone read the same sample batch from the same place.
+    """
     override = os.environ.get("AGL_LAB_DATA")
-    path = Path(override) if override else Path(__file__).resolve().parents[2] / "data"
+    path = Path(override) if override else Path(__file__).resolve().parents[1] / "data"
     if not path.is_dir():
         raise FileNotFoundError(
-            f"agl_lab's data folder is not at {path}: run from a clone of the repository (pip install -e .) "
+            f"agl_lab's data folder is not at {path}: this install lacks its package data (reinstall agl_lab) "
             f"or point AGL_LAB_DATA at a copy of its data/ folder"
         )
     return path

@@ -1,4 +1,4 @@
-"""verl's engines on the host CPU: a ``cpu`` platform in verl 0.9.1's platform registry, switched on for a block.
+"""verl's engines on the host CPU: a ``cpu`` platform in verl's platform registry (verl 0.9+), switched on for a block.
 
 verl resolves one platform per process (``verl.plugin.platform.get_platform``): with no GPU it falls back to
 ``nvidia`` and asks for ``cuda`` device meshes and NCCL, and its FSDP engine is registered for ``cuda`` and ``npu``
@@ -23,7 +23,13 @@ from typing import Any
 
 import psutil
 import torch
-from verl.plugin.platform import PlatformBase, PlatformRegistry, platform_manager
+
+from agl_lab.config.verl_features import VERL_FEATURES
+
+try:
+    from verl.plugin.platform import PlatformBase, PlatformRegistry, platform_manager
+except ModuleNotFoundError as missing:  # verl < 0.9.0 has no platform registry; the doctor refuses lab.actor=verl there
+    raise ImportError(f"agl_lab.training.cpu_platform: {VERL_FEATURES['verl-actor'].problem()}") from missing
 
 __all__ = ["CPU", "PlatformCPU", "cpu_platform"]
 

@@ -10,21 +10,26 @@ and policy (``agl_lab.short_run_config``), same seed, one setting apart (``agl_l
 Written to the output folder: the standard panels of :mod:`agl_lab.curves.figures` (``panels.png`` and one PNG per
 panel: ``success.png``, ``rows_vs_rollouts.png``, ``drops.png``, ``loss_scale.png``), ``summary.csv`` and
 ``summary.md`` (one line per setting, :func:`agl_lab.curves.summary.summarize`; ``make readme`` copies the latter
-into the README) and each run's directory ``<setting>/seed-<seed>/``. ``agl-lab sweep`` writes the same files for
+into the README), ``effects.csv`` and ``effects.md`` (each setting's success over the last 20% of steps against
+``both_off``, paired by seed: :func:`agl_lab.curves.effects.compare_settings`; with the demo's one seed they say it
+needs ≥ 2) and each run's directory ``<setting>/seed-<seed>/``. ``agl-lab sweep`` writes the same files for
 settings × seeds (:func:`save_results`). Notebook: ``notebooks/03_short_training_runs.ipynb``.
 """
 
 from __future__ import annotations
 
 import datetime
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from agl_lab.config.compose import short_run_config
 from agl_lab.config.settings import DEMO_SETTINGS
 from agl_lab.curves.bands import Band
+from agl_lab.curves.effects import compare_settings, default_baseline
 from agl_lab.curves.figures import save_panels
-from agl_lab.curves.summary import markdown_table, summarize
+from agl_lab.curves.summary import SUCCESS, markdown_table, summarize
+from agl_lab.curves.verdicts import save_effects
 from agl_lab.training.sweep import SweepResult, run_sweep
 
 __all__ = ["demo_summary", "run_demo", "save_results"]
@@ -45,13 +50,16 @@ def run_demo(
     out = Path(out_dir) if out_dir is not None else Path("runs") / f"demo-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     seed = int(short_run_config(dotlist=dotlist).lab.seed)
     result = run_sweep(settings, [seed], sweep_dir=out, dotlist=dotlist, executor="serial", progress=progress)
-    return save_results(result, out)
+    return save_results(result, out)  # effects against both_off (default_baseline) when the settings have it
 
 
-def save_results(result: SweepResult, out: str | Path, *, band: Band = "std") -> SweepResult:
-    """Write a sweep's panels (with ``band`` across seeds), ``summary.csv`` and ``summary.md`` into ``out``; set
-    ``result.figures`` (name → path). The demo and ``agl-lab sweep`` both end here; nothing is written for an empty
-    table."""
+def save_results(
+    result: SweepResult, out: str | Path, *, band: Band = "std", baseline: str | None = None
+) -> SweepResult:
+    """Write a sweep's panels (with ``band`` across seeds), ``summary.csv``/``summary.md`` and the effects against
+    ``baseline`` (default :func:`agl_lab.curves.effects.default_baseline`) as ``effects.csv``/``effects.md`` into
+    ``out``; set ``result.figures`` (name → path) and ``result.effects``. The demo and ``agl-lab sweep`` both end
+    here; nothing is written for an empty table, and no effects when the baseline has no finished run (a warning)."""
     out = Path(out)
     if result.table.empty:
         return result
@@ -63,6 +71,13 @@ def save_results(result: SweepResult, out: str | Path, *, band: Band = "std") ->
         "summary.csv": out / "summary.csv",
         "summary.md": out / "summary.md",
     }
+    settings = list(dict.fromkeys(result.table["setting"]))
+    baseline = baseline or default_baseline(settings)
+    if baseline not in settings or SUCCESS not in set(result.table["metric"]):
+        warnings.warn(f"no effects table: the baseline {baseline!r} has no finished run with {SUCCESS}", stacklevel=2)
+        return result
+    result.effects = compare_settings(result.table, baseline=baseline, metric=SUCCESS, window="last_20pct")
+    result.figures.update(save_effects(result.effects, out))
     return result
 
 

@@ -116,5 +116,19 @@ def collect_rollouts(
         "lab/no_guess_rate": sum(e.guesses.count("none") for e in episodes) / int(turns.sum()),
         "lab/context_rewrites": sum(episode.rewrites for episode in episodes),
         "lab/generated_tokens": generated,
+        **_response_lengths(episodes, calls),
     }
     return rollouts, metrics
+
+
+def _response_lengths(episodes, calls: list[list[LLMCall]]) -> dict[str, float]:
+    """Mean tokens per LLM call (EOS included) over the solved and over the failed rollouts (Dr. GRPO's length bias
+    shows in the failed ones); a step without such rollouts logs none."""
+    metrics = {}
+    for name, solved in (("solved", True), ("failed", False)):
+        lengths = [
+            len(c.response_ids) for e, cs in zip(episodes, calls, strict=True) if e.success == solved for c in cs
+        ]
+        if lengths:
+            metrics[f"lab/response_length_{name}"] = float(np.mean(lengths))
+    return metrics

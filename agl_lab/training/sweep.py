@@ -26,7 +26,8 @@ import re
 import shutil
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -35,6 +36,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from agl_lab.config.compose import short_run_config
+from agl_lab.config.doctor import bad_keys_and_values, raise_for_errors
 from agl_lab.config.lab_config import lab_field_rule
 from agl_lab.config.secrets import mask_secrets, secret_values
 from agl_lab.core.loss import ray_runtime_env
@@ -43,7 +45,7 @@ from agl_lab.training.process_state import Terminated, sigterm_as_interrupt
 from agl_lab.training.sweep_cells import Cell, cell_status, collect, config_sha256, write_status
 from agl_lab.training.trainer import train
 
-__all__ = ["Cell", "SweepResult", "plan_sweep", "run_cell", "run_sweep"]
+__all__ = ["Cell", "SweepResult", "plan_sweep", "run_cell", "run_sweep", "shared_ray"]
 
 Executor = Literal["ray", "serial"]
 
@@ -56,6 +58,7 @@ class SweepResult:
     stopped: bool = False  # Ctrl-C or SIGTERM ended the sweep early; the table holds the cells that finished
     interrupted_by: str | None = None  # "SIGINT" (Ctrl-C) or "SIGTERM"
     figures: dict[str, Path] = field(default_factory=dict)  # figures saved from the table (the demo saves them)
+    effects: pd.DataFrame | None = None  # compare_settings against the baseline, once save_results has run
 
 
 def plan_sweep(
@@ -66,7 +69,8 @@ def plan_sweep(
     overrides: Mapping[str, Any] | None = None,
     dotlist: Sequence[str] = (),
 ) -> list[Cell]:
-    """The cells of a sweep; every cell's config is composed now, so a bad setting fails before anything runs.
+    """The cells of a sweep; every cell's config is composed now, and an unknown key or value (a typo) refused, so
+    a bad setting fails before anything runs. What the doctor refuses of known values fails that cell alone.
 
     Refused too: duplicate seeds, seeds that are not integers >= 0, setting names that differ only in case (one
     directory on many file systems), and settings that resolve to the same config.
@@ -95,6 +99,7 @@ def plan_sweep(
             )
             cfg = short_run_config(overrides, cell_dotlist)  # raises ConfigError naming the problem
             if seed == seeds[0]:  # the setting's config without its name (names flow into other keys)
+                raise_for_errors(bad_keys_and_values(cfg))  # a typo'd value; the doctor's other errors fail the cell
                 unnamed = short_run_config(overrides, (*dotlist, *items, f"lab.seed={seed}"))
                 same = configs.setdefault(config_sha256(unnamed), name)
                 if same != name:
@@ -183,6 +188,22 @@ def run_cell(cell: Cell, overrides: Mapping[str, Any] | None, *, progress: bool 
     return "done"
 
 
+@contextmanager
+def shared_ray() -> Iterator[None]:
+    """Ray sweeps inside the block share one Ray instance: the first that needs Ray starts it, the block's end shuts
+    it down (a reproduction's pilot and extension: a second start can time out on a loaded machine). A Ray instance
+    already running is used as it is and stays yours."""
+    with ExitStack() as stack:
+        _SHARED.append(stack)
+        try:
+            yield
+        finally:
+            _SHARED.pop()
+
+
+_SHARED: list[ExitStack] = []  # the open shared_ray() blocks of this process, innermost last
+
+
 def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: int | None, bar) -> None:
     import ray
 
@@ -197,6 +218,9 @@ def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: 
             include_dashboard=False,
             log_to_driver=False,
         )
+        if _SHARED:  # it outlives this sweep, until the shared_ray() block ends
+            _SHARED[-1].callback(ray.shutdown)
+            started_here = False
     try:
         task = ray.remote(num_cpus=1, max_retries=0)(run_cell)
         pending = {task.remote(cell, dict(overrides or {})): cell for cell in cells}

@@ -47,6 +47,7 @@ __all__ = [
     "Tracker",
     "TrackerWarning",
     "claim_process_backends",
+    "finish_tracking",
     "open_tracker",
     "plain_metrics",
     "release_process_backends",
@@ -123,13 +124,31 @@ class Tracker:
         """Finish every backend; an offline W&B run is complete on disk (its exit record written) on return."""
         for name, backend in list(self.backends.items()):
             try:
-                backend.finish(exit_code=exit_code)
+                finish_tracking(backend, exit_code=exit_code)
             except Exception as exc:  # noqa: BLE001
                 _warn(f"tracker backend {name!r} failed to finish ({type(exc).__name__}: {exc})")
                 continue
             if name == "wandb" and self.wandb_run and Path(self.wandb_run).is_dir():
                 _await_exit_record(Path(self.wandb_run))
         self.backends.clear()
+
+
+def finish_tracking(tracking: Any, *, exit_code: int = 0) -> None:
+    """Finish a verl ``Tracking`` and its backends with ``exit_code``.
+
+    verl 0.9's ``Tracking`` has ``finish(exit_code=...)``; verl 0.8.0's finishes only when it is garbage-collected, and
+    always with exit code 0 (a stopped run would read as a clean one, and late). There its backends are finished here
+    as 0.9's method finishes them, and taken off it, so that its ``__del__`` finishes nothing twice.
+    """
+    if hasattr(tracking, "finish"):
+        tracking.finish(exit_code=exit_code)
+        return
+    loggers, tracking.logger = tracking.logger, {}
+    for name, logger in loggers.items():
+        if name in ("wandb", "vemlp_wandb"):
+            logger.finish(exit_code=exit_code)
+        elif hasattr(logger, "finish"):  # verl's console logger has nothing to finish
+            logger.finish()
 
 
 def open_tracker(cfg: DictConfig, *, run_dir: Path, tracking_cls: Callable[..., Any] = Tracking) -> Tracker:

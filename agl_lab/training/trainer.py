@@ -48,6 +48,7 @@ from agl_lab.config.doctor import diagnose, raise_for_errors
 from agl_lab.core.aggregation import aggregate, aggregation_limits
 from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, select_rows
 from agl_lab.lab.loss_scale import loss_scale
+from agl_lab.lab.rollout_mass import multi_row_mass
 from agl_lab.training.actor import LabActor, compute_log_probs
 from agl_lab.training.policy import build_policy
 from agl_lab.training.process_state import Terminated, sigterm_as_interrupt, torch_threads
@@ -211,6 +212,7 @@ class _Run:
         with _timed(timing, "adv"):
             batch, adv_metrics = compute_advantages(batch, cfg, kl_ctrl=self.kl_ctrl)
             adv_metrics["lab/loss_scale"] = loss_scale(batch, cfg)
+            adv_metrics.update(multi_row_mass(batch, cfg))  # multi-row rollouts' share of the mass vs of rollouts
             # the same on one update's scale: token-mean gives each mini-batch 1, per_rollout_mean shares its total
             adv_metrics["lab/loss_scale_per_mini_batch"] = adv_metrics["lab/loss_scale"] / (
                 len(batch) // self.mini_batch_rows

@@ -24,7 +24,6 @@ import torch
 import torch.distributed as dist
 
 from agl_lab.config.compose import ConfigError
-from agl_lab.training.cpu_platform import cpu_platform
 
 __all__ = ["WORKER_ENV", "worker_start", "world_of_one"]
 
@@ -50,6 +49,8 @@ def worker_start() -> Iterator[None]:
 @contextlib.contextmanager
 def _verl_platform(device: torch.device) -> Iterator[None]:
     if device.type == "cpu":
+        from agl_lab.training.cpu_platform import cpu_platform  # verl 0.9+ only (agl_lab.config.verl_features)
+
         with cpu_platform():
             yield
         return

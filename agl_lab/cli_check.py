@@ -1,0 +1,89 @@
+"""``agl-lab check [key.path=value ...]``: the config as Agent Lightning would resolve it, before anything runs.
+
+Composes the config like Agent Lightning's training scripts (base ``example`` unless ``--base``), prints the three
+per-rollout settings as resolved, the doctor's findings (and those of what ``launch`` would send), and runs trainer
+steps 1–5 on an example batch of one step of the config's size (:mod:`agl_lab.lab.example_batch`), printing every
+metric (and each row's advantage mass when there are few).
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+
+from agl_lab.cli_help import (
+    SUBCOMMAND_BASES,
+    print_base,
+    print_findings,
+    print_launch_view,
+    print_settings,
+)
+from agl_lab.config.compose import BASES
+
+__all__ = ["add_check_parser", "run_check_command"]
+
+_LISTED_ROWS = 24  # check lists the rows after steps 1–5 up to this many
+
+
+def add_check_parser(commands: argparse._SubParsersAction) -> None:
+    """Register ``check`` among the ``agl-lab`` subcommands."""
+    check = commands.add_parser("check", help="resolve the three settings, run the doctor and the example batch")
+    check.add_argument("dotlist", nargs="*", help="Hydra overrides, e.g. agentlightning.max_ppo_update_times=2")
+    check.add_argument("--show-config", action="store_true", help="print the whole composed config (secrets as ***)")
+    check.add_argument(
+        "--base", choices=tuple(BASES), default=SUBCOMMAND_BASES["check"], help="compose from this base (agl: what "
+        "launch sends)",
+    )  # fmt: skip
+    check.set_defaults(run=run_check_command)
+
+
+def run_check_command(args: argparse.Namespace) -> int:
+    """Run ``agl-lab check``: 0 when the doctor found no error, 1 otherwise."""
+    return _check(args.dotlist, show_config=args.show_config, base=args.base)
+
+
+def _check(dotlist: list[str], *, show_config: bool, base: str) -> int:
+    import pandas as pd
+
+    from agl_lab.config.checks import lab_estimator_problem
+    from agl_lab.config.compose import compose_from
+    from agl_lab.config.doctor import diagnose
+    from agl_lab.config.secrets import redacted_yaml
+    from agl_lab.core.pipeline import mini_batch_rows, prepare_batch
+    from agl_lab.core.rows import rows_frame
+    from agl_lab.lab.example_batch import example_batch
+
+    cfg = compose_from(base, dotlist=dotlist)
+    if show_config:
+        print(redacted_yaml(cfg))
+    print_base(base)
+    print_settings(cfg)
+    print(f"  {'PPO mini-batch':<26} {'(ppo_mini_batch_size x rollout.n)':<48} {mini_batch_rows(cfg)} rows")
+
+    findings = diagnose(cfg, trainer=BASES[base].trainer)
+    print("\nDoctor:" + ("" if findings else " no findings"))
+    ok = print_findings(findings)
+    if base != SUBCOMMAND_BASES["launch"]:
+        print_launch_view(dotlist)
+    if not ok:
+        return 1
+    if problem := lab_estimator_problem(cfg):  # a valid config for Agent Lightning that the example cannot run
+        print(f"\nExample batch skipped: {problem}")
+        return 0
+
+    example = example_batch(cfg)  # one step of the config's size (sampled when large), or the built-in batch
+    print("\n" + "\n".join(example.lines))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        batch, metrics = prepare_batch(example.rows, example.cfg)
+    for warning in caught:
+        print(f"warning: {warning.message}")
+    if 0 < len(batch) <= _LISTED_ROWS:
+        print("\nRows after steps 1–5 (advantage_mass = Σ advantage·mask, the row's weight in a summed loss):")
+        print(rows_frame(batch).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    elif len(batch):
+        print(f"\n{len(batch)} rows after steps 1–5 (rows are listed up to {_LISTED_ROWS})")
+    print("\nMetrics:")
+    table = pd.Series({**example.metrics, **metrics}, dtype=object).rename_axis("metric").rename("value")
+    print(table.to_string(float_format=lambda v: f"{v:.4g}"))
+    return 0

@@ -1,0 +1,55 @@
+"""``agl-lab demo [--out DIR] [key.path=value ...]``: the settings that matter, trained side by side.
+
+One short run per setting of :data:`agl_lab.config.settings.DEMO_SETTINGS` (base ``short-run``, same seed), then
+figures and a summary table (:mod:`agl_lab.training.demo`); prints the output folder last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from agl_lab.cli_help import SUBCOMMAND_BASES, print_base
+
+__all__ = ["add_demo_parser", "run_demo_command"]
+
+
+def add_demo_parser(commands: argparse._SubParsersAction) -> None:
+    """Register ``demo`` among the ``agl-lab`` subcommands."""
+    demo = commands.add_parser("demo", help="train the settings that matter side by side; write figures and a table")
+    demo.add_argument("dotlist", nargs="*", help="Hydra overrides for every run, e.g. lab.seed=1")
+    demo.add_argument("--out", default=None, help="output folder (default: a fresh runs/demo-<time>/)")
+    demo.set_defaults(run=run_demo_command)
+
+
+def run_demo_command(args: argparse.Namespace) -> int:
+    """Run ``agl-lab demo``: 0 when every run finished, 1 when one failed, 130/143 when stopped."""
+    return _demo(args.dotlist, out=args.out)
+
+
+def _demo(dotlist: list[str], *, out: str | None) -> int:
+    from agl_lab.config.settings import DEMO_SETTINGS
+    from agl_lab.curves.summary import number
+    from agl_lab.curves.verdicts import effects_text
+    from agl_lab.training.demo import demo_summary, run_demo
+
+    print_base(SUBCOMMAND_BASES["demo"])
+    print("Settings, one short run each:")
+    for name, items in DEMO_SETTINGS.items():
+        print(f"  {name:<14} {' '.join(items)}")
+    result = run_demo(out_dir=out, dotlist=dotlist)
+    if not result.table.empty:
+        summary = demo_summary(result).drop(columns=["n_seeds", "steps"], errors="ignore")
+        print("\n" + summary.to_string(index=False, float_format=number))
+    if result.effects is not None:
+        print("\n" + effects_text(result.effects))
+    print("\nWritten:")
+    for path in result.figures.values():
+        print(f"  {path}")
+    print(result.sweep_dir.resolve())
+    if result.stopped:
+        return 143 if result.interrupted_by == "SIGTERM" else 130
+    failed = result.cells[result.cells.status != "done"]
+    for cell in failed.itertuples():
+        print(f"agl-lab: {cell.setting} seed {cell.seed} {cell.status}: {cell.error}", file=sys.stderr)
+    return 1 if len(failed) else 0

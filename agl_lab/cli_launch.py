@@ -1,0 +1,59 @@
+"""``agl-lab launch [key.path=value ...]``: the experiment handed to Agent Lightning's real trainer.
+
+Composes from base ``agl`` (Agent Lightning's defaults alone: what its trainer gets), stops on a doctor's error,
+exports overrides, dotlist and a launch script (:mod:`agl_lab.config.handoff`) and runs the script when
+``agentlightning`` can run here, else says what to install (exit 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from agl_lab.cli_help import SUBCOMMAND_BASES, print_base, print_settings_and_findings
+from agl_lab.config.compose import BASES
+
+__all__ = ["add_launch_parser", "run_launch_command"]
+
+
+def add_launch_parser(commands: argparse._SubParsersAction) -> None:
+    """Register ``launch`` among the ``agl-lab`` subcommands."""
+    launch = commands.add_parser(
+        "launch", help="export the experiment for Agent Lightning and run it there if possible"
+    )
+    launch.add_argument("dotlist", nargs="*", help="Hydra overrides over Agent Lightning's defaults")
+    launch.add_argument(
+        "--base", choices=tuple(BASES), default=SUBCOMMAND_BASES["launch"], help="compose from this base"
+    )
+    launch.add_argument("--name", default="experiment", help="names the launch script (launch_<name>.py)")
+    launch.add_argument("--out", default=None, help="export folder (default: agl_export/<name>)")
+    launch.set_defaults(run=run_launch_command)
+
+
+def run_launch_command(args: argparse.Namespace) -> int:
+    """Run ``agl-lab launch``: the trainer's exit status, 1 on a doctor's error, 3 when it cannot run here."""
+    return _launch(args.dotlist, name=args.name, out=args.out, base=args.base)
+
+
+def _launch(dotlist: list[str], *, name: str, out: str | None, base: str) -> int:
+    from agl_lab.config.compose import compose_from
+    from agl_lab.config.handoff import INSTALL_HINT, export_experiment, launch_blockers
+
+    cfg = compose_from(base, dotlist=dotlist)
+    print_base(base)
+    if not print_settings_and_findings(cfg, trainer=BASES[base].trainer):
+        print(f"Nothing exported. `agl-lab check --base {base}` with the same dotlist shows the same findings.")
+        return 1
+    out_dir = Path(out) if out else Path("agl_export") / name
+    export = export_experiment(cfg, out_dir, name=name)
+    script = out_dir / f"launch_{name}.py"
+    print(f"\nExported to {out_dir}/: overrides.yaml, dotlist.txt, {script.name}")
+    print("dotlist:", " ".join(export.dotlist) or "(Agent Lightning's defaults)")
+    blockers = launch_blockers()
+    if blockers:
+        print("\n" + INSTALL_HINT.format(script=script, reasons="; ".join(blockers)), file=sys.stderr)
+        return 3
+    print(f"\nAgent Lightning's trainer can run here: running {script} (the key comes from $AGL_KEY)")
+    return subprocess.call([sys.executable, str(script)])

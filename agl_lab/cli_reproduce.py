@@ -1,0 +1,98 @@
+"""``agl-lab reproduce NAME``: run a prepared reproduction of a reported effect and say whether it reproduced.
+
+The experiments, their claims, sources and checks are :data:`agl_lab.training.experiments.EXPERIMENTS` (``agl-lab
+reproduce --list`` prints them). Each runs its settings over ``--pilot-seeds`` seeds (Ray in parallel, or
+``--executor serial``), extends once to the seeds its unresolved checks ask for (capped by ``--max-seeds``), and
+writes ``report.md``, ``effects.csv`` and figures into ``runs/reproduce-NAME/`` (``--out``); the same command again
+skips the finished runs. It prints each check's verdict line, whether the claim reproduced, and the folder last. A
+claim that does not reproduce is a result, not an error: exit 0; a failed run: 1; Ctrl-C 130, SIGTERM 143.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from agl_lab.cli_help import SUBCOMMAND_BASES, print_base
+
+__all__ = ["add_reproduce_parser", "run_reproduce_command"]
+
+
+def add_reproduce_parser(commands: argparse._SubParsersAction) -> None:
+    """Register ``reproduce`` among the ``agl-lab`` subcommands."""
+    reproduce = commands.add_parser(
+        "reproduce",
+        help="reproduce a reported effect over as many seeds as it needs; write report.md and figures",
+        description=(
+            "Runs a prepared experiment (--list shows them: claim, source, settings) over a pilot of seeds, extends "
+            "once to the seeds its unresolved checks ask for (at most --max-seeds), and writes report.md, "
+            "effects.csv and figures into runs/reproduce-NAME/. Reports whether the claim reproduced, with numbers."
+        ),
+        epilog="example: agl-lab reproduce update-cap --max-seeds 6",
+    )
+    reproduce.add_argument("name", nargs="?", help="the experiment (agl-lab reproduce --list shows them)")
+    reproduce.add_argument("dotlist", nargs="*", help="key=value for every run, after the experiment's own")
+    reproduce.add_argument("--list", action="store_true", help="print the experiments and exit")
+    reproduce.add_argument("--pilot-seeds", type=int, default=3, help="seeds of the first round (default 3, >= 2)")
+    reproduce.add_argument("--max-seeds", type=int, default=10, help="at most this many seeds in all (default 10)")
+    reproduce.add_argument("--out", default=None, help="folder (default runs/reproduce-NAME/); reused: resumes")
+    reproduce.add_argument(
+        "--executor", choices=("ray", "serial"), default="ray", help="ray: runs in parallel on the cores (default)"
+    )
+    reproduce.add_argument(
+        "--wandb-mode",
+        choices=("online", "offline", "disabled"),
+        default=None,
+        help="every run's lab.wandb_mode (default auto: $WANDB_MODE, else offline unless a W&B key is configured)",
+    )
+    reproduce.set_defaults(run=run_reproduce_command)
+
+
+def run_reproduce_command(args: argparse.Namespace) -> int:
+    """Run ``agl-lab reproduce``; 0 when every run finished (reproduced or not), 1 when a run failed."""
+    from agl_lab.training.experiments import EXPERIMENTS
+    from agl_lab.training.reproduce import run_reproduction
+
+    if args.list:
+        for experiment in EXPERIMENTS.values():
+            print(f"{experiment.name}\n  claim: {experiment.claim}\n  source: {experiment.source}")
+            print(f"  settings: {', '.join(experiment.settings)}")
+        return 0
+    if args.name not in EXPERIMENTS:
+        given = f"unknown experiment {args.name!r}" if args.name else "no experiment named (agl-lab reproduce NAME)"
+        raise ValueError(f"{given}; choose one of {list(EXPERIMENTS)} (--list shows their claims)")
+    experiment = EXPERIMENTS[args.name]
+    print_base(SUBCOMMAND_BASES["reproduce"])
+    print(f"Reproduction {experiment.name}: {experiment.claim}\n  source: {experiment.source}")
+    out = Path(args.out) if args.out else Path("runs") / f"reproduce-{args.name}"
+    result = run_reproduction(
+        args.name,
+        pilot_seeds=args.pilot_seeds,
+        max_seeds=args.max_seeds,
+        out_dir=out,
+        dotlist=args.dotlist,
+        executor=args.executor,
+        wandb_mode=args.wandb_mode,
+    )
+    sweep = result.sweep
+    if len(result.checks):
+        print(f"\nChecks ({len(result.seeds)} seeds, {result.wall_s:.0f} s):")
+        for check in result.checks.itertuples():
+            status = "passed" if check.passed else f"not passed: {check.outcome}"
+            print(f"  [{status}] {check.metric} ({check.window}): {check.verdict}")
+        if len(result.shown):
+            print("Also measured (no claim):")
+            for shown in result.shown.itertuples():
+                print(f"  {shown.metric} ({shown.window}): {shown.verdict}")
+        print(f"\n{experiment.name}: {'reproduced' if result.reproduced else 'NOT reproduced'}")
+    failed = sweep.cells[sweep.cells.status != "done"]
+    for cell in failed.itertuples():
+        print(f"not finished: {cell.setting} seed {cell.seed} ({cell.status}): {cell.error or ''}".rstrip(": "))
+    if result.figures:
+        print("\nWritten:")
+        for path in result.figures.values():
+            print(f"  {path}")
+    print(out.resolve())
+    if sweep.stopped:
+        return 143 if sweep.interrupted_by == "SIGTERM" else 130
+    return 1 if len(failed) else 0

@@ -1,0 +1,63 @@
+"""``agl-lab train [key.path=value ...]``: a short training run (base ``short-run`` + the dotlist).
+
+Prints the settings and the doctor's findings, trains (:func:`agl_lab.train`), and prints the run directory as the
+last line. Ctrl-C or SIGTERM stop it at a step boundary (exit 130 or 143) with the finished steps kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from agl_lab.cli_help import SUBCOMMAND_BASES, print_base, print_settings_and_findings
+from agl_lab.exit_codes import TrainedNothingError
+
+__all__ = ["add_train_parser", "run_train_command"]
+
+
+def add_train_parser(commands: argparse._SubParsersAction) -> None:
+    """Register ``train`` among the ``agl-lab`` subcommands."""
+    train = commands.add_parser("train", help="a short training run; prints its run directory last")
+    train.add_argument("dotlist", nargs="*", help="Hydra overrides, e.g. lab.seed=1 trainer.total_training_steps=20")
+    train.add_argument("--show-config", action="store_true", help="print the resolved config (secrets as ***)")
+    train.set_defaults(run=run_train_command)
+
+
+def run_train_command(args: argparse.Namespace) -> int:
+    """Run ``agl-lab train``: 0 when it trained, 1 on a doctor's error, 130/143 when stopped, 6 if nothing trained."""
+    return _train(args.dotlist, show_config=args.show_config)
+
+
+def _train(dotlist: list[str], *, show_config: bool) -> int:
+    import pandas as pd
+
+    from agl_lab.config.compose import BASES, compose_from
+    from agl_lab.curves.summary import SUCCESS, success_first_last
+    from agl_lab.training.runs import resolved_config_yaml
+    from agl_lab.training.trainer import train
+
+    cfg = compose_from(SUBCOMMAND_BASES["train"], dotlist=dotlist)
+    if show_config:
+        print(resolved_config_yaml(cfg))
+    print_base(SUBCOMMAND_BASES["train"])
+    if not print_settings_and_findings(cfg, trainer=BASES[SUBCOMMAND_BASES["train"]].trainer):
+        return 1
+    result = train(cfg)
+    history = result.history
+    if len(history):
+        first, last = success_first_last(history[SUCCESS])
+        print(
+            f"{len(history)} steps{' (stopped early)' if result.stopped else ''}; success rate "
+            f"{first:.2f} over the first 20% of steps -> {last:.2f} over the last"
+        )
+    if result.wandb_run:
+        print(f"W&B run: {result.wandb_run}")
+    print(result.run_dir)
+    if result.stopped:
+        return 143 if result.interrupted_by == "SIGTERM" else 130
+    if not len(history) or not history.get("training/n_sample_trained", pd.Series([0])).gt(0).any():
+        raise TrainedNothingError(
+            f"every one of the {len(history)} steps was skipped: no rows were left for a PPO mini-batch after the "
+            f"drops (see training/n_sample_dropped/* in {result.run_dir / 'metrics.jsonl'}): lower "
+            "actor_rollout_ref.actor.ppo_mini_batch_size or raise data.train_batch_size / the length limits"
+        )
+    return 0

@@ -1,0 +1,99 @@
+"""Effects in words and files: one verdict line per setting, and ``effects.csv``/``effects.md`` beside ``summary.*``.
+
+A row of :func:`agl_lab.curves.effects.compare_settings` becomes one line, e.g. ``both_on − both_off: +0.06 [−0.02,
++0.14], p=0.12, n=3 pairs; ~9 pairs would resolve it``: the mean difference and its 95% interval (2 significant
+digits of the largest, a true minus, never exponent form), p, the pairs, and what more seeds would do (the interval
+already excludes 0; ~N pairs would resolve it; need ≥ 2 seeds per setting). ``agl-lab sweep`` and ``agl-lab demo``
+print these lines after the summary; :func:`save_effects` writes the table and the lines.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from agl_lab.curves.effects import ALPHA, METHODS, NEED_TWO_SEEDS
+from agl_lab.curves.summary import WINDOWS, markdown_table
+
+__all__ = ["effects_markdown", "effects_text", "save_effects", "verdict"]
+
+
+def verdict(row: Mapping) -> str:
+    """One line for an effects row: the difference, its interval, p, the pairs and what more seeds would do."""
+    alone = row["baseline"] == "0"  # one_sample: the setting's own values against 0
+    head = f"{row['setting']} ({row['metric']}):" if alone else f"{row['setting']} − {row['baseline']}:"
+    unit = "run" if alone else "pair"
+    n = int(row["n_pairs"])
+    if n < 2:
+        value = f"no {unit}" if n == 0 else f"{_signed([row['mean_diff']])[0]} from 1 {unit}"
+        return f"{head} {value}: {NEED_TWO_SEEDS}"
+    mean, low, high = _signed([row["mean_diff"], row["ci_low"], row["ci_high"]])
+    p = row["p_value"]
+    line = f"{head} {mean} [{low}, {high}], p{_p(p)}, n={n} {unit}s"
+    needed = row["seeds_needed"]
+    if row["sd_diff"] == 0 and row["mean_diff"] == 0:
+        return f"{line}; no {unit} differs from 0" if alone else f"{line}; no pair differs"
+    if p < ALPHA:
+        return f"{line}; the 95% interval excludes 0"
+    if math.isinf(needed):
+        return f"{line}; a mean of exactly 0: no number of {unit}s would resolve it"
+    return f"{line}; ~{int(needed)} {unit}s would resolve it" if needed > n else f"{line}; not resolved"
+
+
+def effects_text(effects: pd.DataFrame) -> str:
+    """The CLI's effects table: per metric a heading that says what was compared, then one verdict line per setting."""
+    window = WINDOWS[effects.attrs.get("window", "last_20pct")]
+    blocks = []
+    for metric, part in effects.groupby("metric", sort=False):
+        head = f"Effects on {metric} (per run, {window}; paired by seed, 95% t-interval):"
+        blocks += [head, *(f"  {verdict(row)}" for row in part.to_dict("records"))]
+    return "\n".join(blocks or ["Effects: no setting besides the baseline"])
+
+
+def effects_markdown(effects: pd.DataFrame) -> str:
+    """``effects.md``: what was compared and how, the table, one verdict line per row, the seeds left out."""
+    window = effects.attrs.get("window", "last_20pct")
+    method = METHODS[effects.attrs.get("method", "paired_t")]
+    metrics = ", ".join(dict.fromkeys(effects["metric"])) or "(none)"
+    baselines = ", ".join(dict.fromkeys(effects["baseline"])) or "(none)"
+    lines = [
+        f"# Effects vs {baselines}",
+        "",
+        f"{metrics}: per run, {WINDOWS[window]}. {method.label}",
+        "",
+        markdown_table(effects).rstrip("\n"),
+        "",
+        *(f"- {verdict(row)}" for row in effects.to_dict("records")),
+    ]
+    unpaired = effects.attrs.get("unpaired_seeds") or {}
+    if unpaired:
+        lines += ["", "Left out (no pair): " + "; ".join(f"{s}: {seeds}" for s, seeds in unpaired.items())]
+    return "\n".join(lines) + "\n"
+
+
+def save_effects(effects: pd.DataFrame, out: str | Path) -> dict[str, Path]:
+    """Write ``effects.csv`` and ``effects.md`` into ``out``; returns name → path."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "effects.csv").write_text(effects.to_csv(index=False))
+    (out / "effects.md").write_text(effects_markdown(effects))
+    return {"effects.csv": out / "effects.csv", "effects.md": out / "effects.md"}
+
+
+def _signed(values: Sequence[float]) -> list[str]:
+    """Signed numbers with a true minus, 2 significant digits of the largest, never in exponent form."""
+    finite = [abs(v) for v in values if np.isfinite(v) and v != 0]
+    decimals = max(0, 1 - math.floor(math.log10(max(finite)))) if finite else 0
+    decimals = min(decimals, 8)
+    return [f"{v:+.{decimals}f}".replace("-", "−") if np.isfinite(v) else str(v) for v in values]
+
+
+def _p(p: float) -> str:
+    """``=0.12``, ``=0.031``, ``<0.001``, or ``=n/a`` (no test: fewer than 2 pairs, or every difference 0)."""
+    if not np.isfinite(p):
+        return "=n/a"
+    return "<0.001" if p < 0.001 else f"={p:.2g}" if p < 0.1 else f"={p:.2f}"

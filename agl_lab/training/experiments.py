@@ -1,0 +1,171 @@
+"""The prepared reproductions: one table of experiments, each a claim, its source, its settings and its checks.
+
+An :class:`Experiment` names a claim from a paper or the docs, the settings that test it (short runs of the lab's
+default task, :func:`agl_lab.short_run_config`, plus the experiment's own ``dotlist``), and its :class:`Check` s:
+what must hold for the claim to count as reproduced. A check compares one setting with another, paired by seed
+(:func:`agl_lab.curves.effects.compare_settings`), or with 0 (``baseline=None``: the setting's own runs), and passes
+when the 95% interval lies on the expected side of 0; or it asks that a metric be exactly 0 at every step of every
+run (``expect="zero"``). ``shown`` comparisons are measured with no claim. Adding an experiment is one entry of
+:data:`EXPERIMENTS`; :mod:`agl_lab.training.reproduce` runs and judges them (``agl-lab reproduce NAME``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import pandas as pd
+
+from agl_lab.config.dotlist import format_dotlist
+from agl_lab.config.settings import DEMO_SETTINGS, setting_overrides
+from agl_lab.config.task_rows import lock_row_lengths
+from agl_lab.curves.summary import SUCCESS
+
+__all__ = ["EXPERIMENTS", "Check", "Experiment", "experiment_table"]
+
+_AGL_DOCS = "https://microsoft.github.io/agent-lightning/stable/4-trainer-configuration/"
+
+
+@dataclass(frozen=True)
+class Check:
+    """What must hold: ``setting`` − ``baseline`` (or the setting's own values, ``baseline=None``) of ``metric`` over
+    ``window`` is ``higher``/``lower`` than 0 (95% interval), or ``metric`` is 0 at every step (``zero``);
+    ``none``: measured and shown, no claim."""
+
+    setting: str
+    metric: str
+    expect: Literal["higher", "lower", "zero", "none"]
+    window: str = "all"
+    baseline: str | None = None
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    claim: str
+    source: str
+    settings: dict[str, tuple[str, ...]]
+    checks: tuple[Check, ...]
+    shown: tuple[Check, ...] = ()  # measured with no claim (expect="none")
+    dotlist: tuple[str, ...] = ()  # for every run, before the user's
+    note: str = ""
+
+
+def _mode(mode: str, *, rollout_level: bool, cap: int | None = None) -> tuple[str, ...]:
+    return tuple(format_dotlist(setting_overrides(rollout_level=rollout_level, mode=mode, cap=cap)))
+
+
+# The lock task reads only an answer's first word, so its length is free up to the per-call budget; the short-run
+# preset's 4 tokens leave it at ~3.9 from the start. length-bias raises the budget to 16 and the row limits to fit.
+_LONG = lock_row_lengths(max_turns=4, call_tokens=16)
+EXPERIMENTS: dict[str, Experiment] = {
+    e.name: e
+    for e in (
+        Experiment(
+            "row-split",
+            "During training, under verl's token-mean and seq-mean-token-mean a rollout split into more rows carries "
+            "more gradient mass than its share of the rollouts (per step, on the rows the actor trained on); "
+            "per_rollout_mean gives every rollout the same mass.",
+            f"Agent Lightning v1.0 docs, the per_rollout_mean loss ({_AGL_DOCS}); agl_lab issue 18",
+            {
+                "token-mean": _mode("token-mean", rollout_level=False),
+                "seq-mean-token-mean": _mode("seq-mean-token-mean", rollout_level=False),
+                "per_rollout_mean": _mode("per_rollout_mean:rows", rollout_level=True),
+            },
+            (
+                Check("token-mean", "lab/multi_row_overweight", "higher", baseline="per_rollout_mean"),
+                Check("seq-mean-token-mean", "lab/multi_row_overweight", "higher", baseline="per_rollout_mean"),
+                Check("per_rollout_mean", "lab/multi_row_overweight", "zero"),
+            ),
+            shown=(
+                Check("token-mean", "lab/multi_row_mass_share", "none", baseline="per_rollout_mean"),
+                Check("seq-mean-token-mean", "lab/multi_row_mass_share", "none", baseline="per_rollout_mean"),
+                Check("token-mean", SUCCESS, "none", "last_20pct", baseline="per_rollout_mean"),
+                Check("seq-mean-token-mean", SUCCESS, "none", "last_20pct", baseline="per_rollout_mean"),
+            ),
+            note="lab/multi_row_overweight = the multi-row rollouts' share of the step's gradient mass (unit "
+            "advantage, the mode's per-token weights) minus their share of the step's rollouts "
+            "(agl_lab.lab.rollout_mass).",
+        ),
+        Experiment(
+            "length-bias",
+            "Under per-response length normalization (verl seq-mean-token-mean) the responses of failing rollouts grow "
+            "over training; under a constant normalizer (TRL dr_grpo = verl seq-mean-token-sum-norm) they do not.",
+            "Liu et al. 2025, Understanding R1-Zero-Like Training: A Critical Perspective (Dr. GRPO), arXiv:2503.20783",
+            {
+                "seq-mean-token-mean": _mode("seq-mean-token-mean", rollout_level=False),
+                "seq-mean-token-sum-norm": _mode("seq-mean-token-sum-norm", rollout_level=False),
+            },
+            (
+                Check(
+                    "seq-mean-token-mean",
+                    "lab/response_length_failed",
+                    "higher",
+                    "last_minus_first",
+                    baseline="seq-mean-token-sum-norm",
+                ),
+                Check("seq-mean-token-mean", "lab/response_length_failed", "higher", "last_minus_first"),
+            ),  # fmt: skip
+            shown=(
+                Check("seq-mean-token-sum-norm", "lab/response_length_failed", "none", "last_minus_first"),
+                Check(
+                    "seq-mean-token-mean",
+                    "lab/response_length_solved",
+                    "none",
+                    "last_minus_first",
+                    baseline="seq-mean-token-sum-norm",
+                ),
+                Check("seq-mean-token-mean", SUCCESS, "none", "last_20pct", baseline="seq-mean-token-sum-norm"),
+            ),  # fmt: skip
+            dotlist=(
+                "data.max_response_length=16",
+                f"data.max_prompt_length={_LONG['transition_prompt']}",
+                f"agentlightning.trace_aggregator.trajectory_max_prompt_length={_LONG['trajectory_prompt']}",
+                f"agentlightning.trace_aggregator.trajectory_max_response_length={_LONG['trajectory_response']}",
+            ),
+            note="The lock task's answers are free in length (only the first word is read), but the short-run preset "
+            "gives each call 4 tokens and a fresh policy already fills ~3.9: this experiment gives each call 16 tokens "
+            "(row limits raised to fit). TRL's dr_grpo is not trainable in verl; verl's seq-mean-token-sum-norm has "
+            "the same per-token weight 1/(G·H). GRPO's std normalization is left on in both (only the aggregation "
+            "differs). At the trajectory level (the default) a row merges a rollout's calls, so seq-mean-token-mean "
+            "divides by the row's trainable tokens (all its responses), not by one response's. Length = tokens per LLM "
+            "call (EOS included) over the failed rollouts of a step; growth = its mean over the last 20% of steps "
+            "minus the first 20%.",
+        ),
+        Experiment(
+            "update-cap",
+            "agentlightning.max_ppo_update_times=2 caps the PPO updates per step at 2 by dropping the surplus rows, "
+            "same-reward groups first (recommended for stability); its effect on success is measured, not claimed.",
+            f"Agent Lightning v1.0 docs, max_ppo_update_times ({_AGL_DOCS})",
+            {name: DEMO_SETTINGS[name] for name in ("both_on", "both_on_cap2")},
+            (
+                Check("both_on_cap2", "lab/ppo_updates", "lower", baseline="both_on"),
+                Check("both_on_cap2", "training/n_sample_dropped/same_reward", "higher", baseline="both_on"),
+            ),
+            shown=(
+                Check("both_on_cap2", "training/n_sample_dropped/random", "none", baseline="both_on"),
+                Check("both_on_cap2", SUCCESS, "none", "last_20pct", baseline="both_on"),
+                Check("both_on_cap2", SUCCESS, "none", "all", baseline="both_on"),
+            ),
+        ),
+    )
+}
+
+
+def experiment_table() -> pd.DataFrame:
+    """One line per experiment: its claim, source, settings and checks (what ``agl-lab reproduce --list`` says)."""
+    return pd.DataFrame(
+        [
+            {
+                "experiment": e.name,
+                "claim": e.claim,
+                "source": e.source,
+                "settings": ", ".join(e.settings),
+                "checks": "; ".join(
+                    f"{c.setting} {c.metric} ({c.window}) {c.expect}" + (f" than {c.baseline}" if c.baseline else "")
+                    for c in e.checks
+                ),
+            }
+            for e in EXPERIMENTS.values()
+        ]
+    ).set_index("experiment")
