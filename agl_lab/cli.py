@@ -46,7 +46,7 @@ from agl_lab.config.secrets import redacted_yaml, secret_values
 from agl_lab.config.settings import SETTINGS
 from agl_lab.core.pipeline import mini_batch_rows, prepare_batch
 from agl_lab.core.rows import rows_frame
-from agl_lab.exit_codes import MaskingParser, TrainedNothingError, report_errors
+from agl_lab.exit_codes import MaskingParser, TrainedNothingError, report_errors, stopped
 from agl_lab.lab.examples import example_rows
 
 
@@ -135,7 +135,7 @@ def _train(dotlist: list[str], *, show_config: bool) -> int:
         print(f"W&B run: {result.wandb_run}")
     print(result.run_dir)
     if result.stopped:
-        return 143 if result.interrupted_by == "SIGTERM" else 130
+        return stopped(result.interrupted_by or "SIGINT")
     if not len(history) or not history.get("training/n_sample_trained", pd.Series([0])).gt(0).any():
         raise TrainedNothingError(
             f"every one of the {len(history)} steps was skipped: no rows were left for a PPO mini-batch after the "
@@ -163,7 +163,7 @@ def _demo(dotlist: list[str], *, out: str | None) -> int:
         print(f"  {path}")
     print(result.sweep_dir.resolve())
     if result.stopped:
-        return 143 if result.interrupted_by == "SIGTERM" else 130
+        return stopped(result.interrupted_by or "SIGINT")
     failed = result.cells[result.cells.status != "done"]
     for cell in failed.itertuples():
         print(f"agl-lab: {cell.setting} seed {cell.seed} {cell.status}: {cell.error}", file=sys.stderr)

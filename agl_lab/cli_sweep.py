@@ -18,9 +18,11 @@ from pathlib import Path
 
 from agl_lab.cli_help import SUBCOMMAND_BASES, print_base
 from agl_lab.config.grid import sweep_grid
+from agl_lab.config.secrets import redact_argv
 from agl_lab.config.settings import DEMO_SETTINGS
 from agl_lab.curves.bands import BAND_LABELS
 from agl_lab.curves.summary import number
+from agl_lab.exit_codes import stopped
 
 __all__ = ["add_sweep_parser", "run_sweep_command"]
 
@@ -64,23 +66,25 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
-    """Run ``agl-lab sweep``; 0 when every run finished, 1 when a run failed (the others are kept), 130 on Ctrl-C."""
+    """Run ``agl-lab sweep``; 0 when every run finished, 1 when a run failed (the others are kept), 130 on Ctrl-C and
+    143 on SIGTERM (after the summary of the cells that finished)."""
     from agl_lab.training.demo import demo_summary, save_results
-    from agl_lab.training.sweep import plan_sweep, run_sweep
+    from agl_lab.training.sweep import run_sweep
+    from agl_lab.training.sweep_plan import plan_sweep
 
     settings, common = sweep_grid(args.dotlist)
     if not settings:
         settings = {name: tuple(items) for name, items in DEMO_SETTINGS.items()}
     out = Path(args.out) if args.out else Path("sweeps") / f"{datetime.datetime.now():%Y%m%d-%H%M%S}"
     print_base(SUBCOMMAND_BASES["sweep"])
-    plan_sweep(settings, args.seeds, sweep_dir=out, dotlist=common)  # every run's config checked before any runs
+    plan_sweep(settings, args.seeds, sweep_dir=out, dotlist=common)  # every setting checked before any cell runs
     seeds = " ".join(str(s) for s in args.seeds)
     print(f"Sweep: {len(settings)} settings x {len(args.seeds)} seeds ({seeds}), {args.executor}, in {out}/")
     width = max(len(name) for name in settings)
     for name, items in settings.items():
         print(f"  {name:<{width}}  {' '.join(items) or '(the base as it is)'}")
     if common:
-        print(f"  every run: {' '.join(common)}")
+        print(f"  every run: {' '.join(redact_argv(common))}")
     result = run_sweep(
         settings, args.seeds, sweep_dir=out, dotlist=common, executor=args.executor, wandb_mode=args.wandb_mode
     )
@@ -95,4 +99,6 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         for path in result.figures.values():
             print(f"  {path}")
     print(out.resolve())
-    return 130 if result.stopped else (1 if len(failed) else 0)
+    if result.stopped:
+        return stopped(result.interrupted_by or "SIGINT")
+    return 1 if len(failed) else 0

@@ -10,7 +10,9 @@ and policy (``agl_lab.short_run_config``), same seed, one setting apart (``agl_l
 Written to the output folder: the standard panels of :mod:`agl_lab.curves.figures` (``panels.png`` and one PNG per
 panel: ``success.png``, ``rows_vs_rollouts.png``, ``drops.png``, ``loss_scale.png``), ``summary.csv`` and
 ``summary.md`` (one line per setting, :func:`agl_lab.curves.summary.summarize`; ``make readme`` copies the latter
-into the README) and each run's directory ``<setting>/seed-<seed>/``. ``agl-lab sweep`` writes the same files for
+into the README), ``cells.csv`` (the finished cells the summary and panels cover, with the hash of each one's config)
+and each run's directory ``<setting>/seed-<seed>/``. Every file is written whole (temporary file + rename): a stop
+while they are written leaves the previous version, never half of one. ``agl-lab sweep`` writes the same files for
 settings × seeds (:func:`save_results`). Notebook: ``notebooks/03_short_training_runs.ipynb``.
 """
 
@@ -20,8 +22,10 @@ import datetime
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from agl_lab.config.arguments import string_list
 from agl_lab.config.compose import short_run_config
 from agl_lab.config.settings import DEMO_SETTINGS
+from agl_lab.curves.atomic_files import write_whole
 from agl_lab.curves.bands import Band
 from agl_lab.curves.figures import save_panels
 from agl_lab.curves.summary import markdown_table, summarize
@@ -43,8 +47,11 @@ def run_demo(
     result with ``figures`` (name → PNG path) and the summary files among them; Ctrl-C keeps what finished.
     """
     out = Path(out_dir) if out_dir is not None else Path("runs") / f"demo-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    dotlist = string_list(dotlist, name="dotlist", what="Hydra overrides like 'key.path=value'")
     seed = int(short_run_config(dotlist=dotlist).lab.seed)
-    result = run_sweep(settings, [seed], sweep_dir=out, dotlist=dotlist, executor="serial", progress=progress)
+    # the seed is the demo's one sweep seed; the sweep refuses it as an item (it sets every cell's own)
+    rest = [item for item in dotlist if item.partition("=")[0].lstrip("+") != "lab.seed"]
+    result = run_sweep(settings, [seed], sweep_dir=out, dotlist=rest, executor="serial", progress=progress)
     return save_results(result, out)
 
 
@@ -56,12 +63,15 @@ def save_results(result: SweepResult, out: str | Path, *, band: Band = "std") ->
     if result.table.empty:
         return result
     summary = demo_summary(result)
-    (out / "summary.csv").write_text(summary.to_csv(index=False))
-    (out / "summary.md").write_text(markdown_table(summary))
+    covered = result.cells.loc[result.cells.status == "done", ["setting", "seed", "status", "config_sha256", "run_dir"]]
+    write_whole(out / "summary.csv", summary.to_csv(index=False))
+    write_whole(out / "summary.md", markdown_table(summary))
+    write_whole(out / "cells.csv", covered.to_csv(index=False))
     result.figures = {
         **save_panels(result.table, out, band=band),
         "summary.csv": out / "summary.csv",
         "summary.md": out / "summary.md",
+        "cells.csv": out / "cells.csv",
     }
     return result
 

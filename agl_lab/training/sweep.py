@@ -21,9 +21,8 @@ Notebook: ``notebooks/04_reproduce_curves.ipynb``.
 
 from __future__ import annotations
 
-import numbers
-import re
 import shutil
+import signal
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -34,18 +33,21 @@ from typing import Any, Literal
 import pandas as pd
 from tqdm.auto import tqdm
 
+from agl_lab.config.arguments import string_list
 from agl_lab.config.compose import short_run_config
 from agl_lab.config.lab_config import lab_field_rule
 from agl_lab.config.secrets import mask_secrets, secret_values
 from agl_lab.core.loss import ray_runtime_env
 from agl_lab.training.locks import directory_lock
-from agl_lab.training.process_state import Terminated, sigterm_as_interrupt
-from agl_lab.training.sweep_cells import Cell, cell_status, collect, config_sha256, write_status
+from agl_lab.training.process_state import Terminated, deferred_signals, reinstall_stop_handlers, stop_signals
+from agl_lab.training.sweep_cells import Cell, cell_status, collect, refuse_changed, warn_reruns, write_status
+from agl_lab.training.sweep_plan import plan_sweep
 from agl_lab.training.trainer import train
 
 __all__ = ["Cell", "SweepResult", "plan_sweep", "run_cell", "run_sweep"]
 
 Executor = Literal["ray", "serial"]
+CANCEL_WAIT_S = 60.0  # how long a stopped Ray sweep waits for its cancelled cells to save what they finished
 
 
 @dataclass
@@ -56,62 +58,6 @@ class SweepResult:
     stopped: bool = False  # Ctrl-C or SIGTERM ended the sweep early; the table holds the cells that finished
     interrupted_by: str | None = None  # "SIGINT" (Ctrl-C) or "SIGTERM"
     figures: dict[str, Path] = field(default_factory=dict)  # figures saved from the table (the demo saves them)
-
-
-def plan_sweep(
-    settings: Mapping[str, Sequence[str]],
-    seeds: Sequence[int],
-    *,
-    sweep_dir: str | Path,
-    overrides: Mapping[str, Any] | None = None,
-    dotlist: Sequence[str] = (),
-) -> list[Cell]:
-    """The cells of a sweep; every cell's config is composed now, so a bad setting fails before anything runs.
-
-    Refused too: duplicate seeds, seeds that are not integers >= 0, setting names that differ only in case (one
-    directory on many file systems), and settings that resolve to the same config.
-    """
-    if not settings:
-        raise ValueError("settings is empty: give at least one {name: [key=value, ...]}")
-    seeds = _checked_seeds(seeds)
-    root = Path(sweep_dir)
-    cells, names, configs = [], {}, {}
-    for name, items in settings.items():
-        if not re.fullmatch(r"[A-Za-z0-9_.+-]+", name):
-            raise ValueError(f"setting name {name!r} must be letters, digits or _ . + - (it names a directory)")
-        if name.lower() in names:
-            raise ValueError(f"settings {names[name.lower()]!r} and {name!r} differ only in case: rename one")
-        names[name.lower()] = name
-        if isinstance(items, str):
-            raise ValueError(f"setting {name!r} must be a list of key=value items, got the string {items!r}")
-        for seed in seeds:
-            run_dir = root / name / f"seed-{seed}"
-            cell_dotlist = (
-                *dotlist,
-                *items,
-                f"lab.seed={seed}",
-                f"lab.run_dir={run_dir}",
-                f"trainer.experiment_name={name}",
-            )
-            cfg = short_run_config(overrides, cell_dotlist)  # raises ConfigError naming the problem
-            if seed == seeds[0]:  # the setting's config without its name (names flow into other keys)
-                unnamed = short_run_config(overrides, (*dotlist, *items, f"lab.seed={seed}"))
-                same = configs.setdefault(config_sha256(unnamed), name)
-                if same != name:
-                    raise ValueError(
-                        f"settings {same!r} and {name!r} resolve to the same config: each cell would be trained "
-                        "twice and counted twice; drop one, or make them differ"
-                    )
-            cells.append(
-                Cell(
-                    setting=name,
-                    seed=seed,
-                    dotlist=cell_dotlist,
-                    run_dir=str(run_dir),
-                    config_sha256=config_sha256(cfg),
-                )
-            )
-    return cells
 
 
 def run_sweep(
@@ -140,11 +86,13 @@ def run_sweep(
         modes = lab_field_rule("wandb_mode")["choices"]
         if wandb_mode not in modes:
             raise ValueError(f"wandb_mode must be one of {list(modes)} (or None), got {wandb_mode!r}")
-        dotlist = [*dotlist, f"lab.wandb_mode={wandb_mode}"]
+        dotlist = [*string_list(dotlist, name="dotlist", what="Hydra overrides"), f"lab.wandb_mode={wandb_mode}"]
     cells = plan_sweep(settings, seeds, sweep_dir=sweep_dir, overrides=overrides, dotlist=dotlist)
     stopped, interrupted_by = False, None
-    with directory_lock(sweep_dir, purpose="sweep"), sigterm_as_interrupt():
+    with directory_lock(sweep_dir, purpose="sweep"), stop_signals():
+        refuse_changed(cells, sweep_dir=Path(sweep_dir), config=lambda cell: short_run_config(overrides, cell.dotlist))
         todo = [cell for cell in cells if cell_status(cell) != "done"]
+        warn_reruns(todo)
         bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc="sweep cells", disable=not progress)
         try:
             if executor == "serial":
@@ -154,20 +102,25 @@ def run_sweep(
             else:
                 _run_on_ray(todo, overrides, address=address, num_cpus=num_cpus, bar=bar)
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: what finished is kept and returned; the next run resumes
-            stopped, interrupted_by = True, "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+            stopped, interrupted_by = True, _signal_name(exc)
         finally:
             bar.close()
-        table, cell_lines = collect(cells)
+        try:
+            with deferred_signals():  # the table is read whole; a first signal meanwhile counts as a stop
+                table, cell_lines = collect(cells)
+        except KeyboardInterrupt as exc:
+            stopped, interrupted_by = True, _signal_name(exc)
     return SweepResult(
         sweep_dir=Path(sweep_dir), table=table, cells=cell_lines, stopped=stopped, interrupted_by=interrupted_by
     )
 
 
 def run_cell(cell: Cell, overrides: Mapping[str, Any] | None, *, progress: bool = False) -> str:
-    """Run one cell in this process and record its status; a failure is recorded, not raised."""
+    """Run one cell in this process and record its status; a failure is recorded, not raised; a stop (Ctrl-C,
+    SIGTERM) is raised again as the same kind after the run kept its finished steps."""
     run_dir = Path(cell.run_dir)
     if run_dir.exists():
-        shutil.rmtree(run_dir)  # an interrupted, failed or changed attempt: start the cell afresh
+        shutil.rmtree(run_dir)  # an interrupted or failed attempt (run_sweep warned): start the cell afresh
     run_dir.mkdir(parents=True)
     write_status(cell, "running")
     start = time.perf_counter()
@@ -177,26 +130,35 @@ def run_cell(cell: Cell, overrides: Mapping[str, Any] | None, *, progress: bool 
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         write_status(cell, "failed", error=mask_secrets(error, secret_values(cell.dotlist)))
         return "failed"
-    if result.stopped:  # Ctrl-C or SIGTERM: the cell stays "running", so the next sweep reruns it
-        raise KeyboardInterrupt
+    if result.stopped:  # the cell stays "running", so the next sweep reruns it
+        raise Terminated("signal SIGTERM") if result.interrupted_by == "SIGTERM" else KeyboardInterrupt()
     write_status(cell, "done", wall_s=round(time.perf_counter() - start, 1))
     return "done"
 
 
 def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: int | None, bar) -> None:
+    """The cells as Ray tasks. A stop cancels the running tasks (each run then stops as after Ctrl-C, keeping its
+    steps), waits for them up to :data:`CANCEL_WAIT_S`, and shuts down the Ray instance the sweep started."""
     import ray
 
     if not cells:
         return
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(
-            address=address,
-            num_cpus=None if address else num_cpus,
-            runtime_env=ray_runtime_env(),
-            include_dashboard=False,
-            log_to_driver=False,
-        )
+        try:
+            ray.init(
+                address=address,
+                num_cpus=None if address else num_cpus,
+                runtime_env=ray_runtime_env(),
+                include_dashboard=False,
+                log_to_driver=False,
+            )
+        except SystemExit as exc:  # while it starts, Ray's own handler turns SIGTERM into sys.exit(15)
+            if exc.code == signal.SIGTERM:
+                raise Terminated("signal SIGTERM") from None
+            raise
+    reinstall_stop_handlers()  # ray.init replaced the SIGTERM handler (and its core a native one that dumps stacks)
+    pending: dict[Any, Cell] = {}
     try:
         task = ray.remote(num_cpus=1, max_retries=0)(run_cell)
         pending = {task.remote(cell, dict(overrides or {})): cell for cell in cells}
@@ -210,22 +172,15 @@ def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: 
                     error = mask_secrets(f"Ray task failed: {type(exc).__name__}: {exc}", secret_values(cell.dotlist))
                     write_status(cell, "failed", error=error)
                 bar.update()
+    except KeyboardInterrupt:
+        for ref in pending:  # each running cell stops at its step boundary and saves what it finished
+            ray.cancel(ref, force=False)
+        ray.wait(list(pending), num_returns=len(pending), timeout=CANCEL_WAIT_S)
+        raise
     finally:
         if started_here:  # a Ray instance the sweep started goes with it; one you started stays yours
             ray.shutdown()
 
 
-def _checked_seeds(seeds: Sequence[int]) -> list[int]:
-    if isinstance(seeds, str | bytes) or not seeds:
-        raise ValueError(
-            "seeds is empty: give at least one seed" if not seeds else f"seeds must be a list, got {seeds!r}"
-        )
-    out = []
-    for seed in seeds:
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= 2**32 - 1:
-            raise ValueError(f"seeds must be integers in [0, 2**32-1] (lab.seed), got {seed!r}")
-        out.append(int(seed))
-    repeated = sorted({seed for seed in out if out.count(seed) > 1})
-    if repeated:
-        raise ValueError(f"seeds {repeated} appear more than once: each would be trained twice and counted twice")
-    return out
+def _signal_name(exc: KeyboardInterrupt) -> str:
+    return "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
