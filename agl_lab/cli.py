@@ -223,9 +223,10 @@ def _check(dotlist: list[str], *, show_config: bool, base: str) -> int:
         print(redacted_yaml(cfg))
     print_base(base)
     _print_settings(cfg)
-    print(f"  {'PPO mini-batch':<26} {'(ppo_mini_batch_size x rollout.n)':<48} {mini_batch_rows(cfg)} rows")
-
     findings = diagnose(cfg)
+    if not any(f.level == "error" for f in findings):  # the sizes it multiplies may be what the doctor refuses
+        print(f"  {'PPO mini-batch':<26} {'(ppo_mini_batch_size x rollout.n)':<48} {mini_batch_rows(cfg)} rows")
+
     print("\nDoctor:" + ("" if findings else " no findings"))
     ok = _print_findings(findings)
     if base != SUBCOMMAND_BASES["launch"]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numbers
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sized
 from pathlib import Path
 from typing import Any
 
@@ -89,4 +89,4 @@ def _kind(value: Any) -> str:
         return f"{type(value).__name__} {value!r}"
     if isinstance(value, str | bytes):
         return f"a {type(value).__name__}"
-    return f"{type(value).__name__}" + (f" of {len(value)} items" if hasattr(value, "__len__") else "")
+    return f"{type(value).__name__}" + (f" of {len(value)} items" if isinstance(value, Sized) else "")

@@ -35,7 +35,8 @@ def written_whole(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     partial = partial_path(path)
-    _remove(partial)  # a leftover of this pid (a reused pid after a SIGKILL)
+    if partial.is_dir() and not partial.is_symlink():  # a folder left by this pid (reused after a SIGKILL); a file
+        shutil.rmtree(partial, ignore_errors=True)  # left over is simply truncated when it is opened again
     try:
         yield partial
         os.replace(partial, path)

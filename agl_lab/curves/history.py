@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from agl_lab.config import arguments
 from agl_lab.curves.history_table import COLUMNS, NonFiniteWarning, finish, gap, long_table, warn_non_finite
 from agl_lab.curves.jsonl import DamagedFileWarning, read_jsonl_lines, read_text_file
 from agl_lab.curves.wandb_csv import csv_steps
@@ -53,6 +54,7 @@ __all__ = [
 
 def read_history(path: str | Path) -> pd.DataFrame:
     """Read any supported source, chosen by what ``path`` is; ``wandb://entity/project/run_id`` goes online."""
+    arguments.path(path, name="path")  # a TypeError naming it for anything but a str or a Path
     text = str(path)
     if text.startswith("wandb://"):
         return read_wandb_online(text.removeprefix("wandb://"))

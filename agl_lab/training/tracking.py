@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shutil
 import sys
 import threading
 import warnings
@@ -151,7 +152,8 @@ def open_tracker(cfg: DictConfig, *, run_dir: Path, tracking_cls: Callable[..., 
             try:
                 backends[name] = start()
             except Exception as exc:  # noqa: BLE001 — an unknown backend (verl asserts), no network, missing package
-                if name == "wandb" and started.get("wandb") == "online" and (backend := _offline_retry(start, exc)):
+                online = name == "wandb" and started.get("wandb") == "online"
+                if online and (backend := _offline_retry(start, exc, run_dir)):
                     backends[name] = backend
                 else:
                     _warn(
@@ -206,17 +208,22 @@ def _backend_env(run_dir: Path, *, wandb_backend: bool, wandb_mode: str | None =
             restore_wandb()
 
 
-def _offline_retry(start: Callable[[], Any], exc: Exception) -> Any:
+def _offline_retry(start: Callable[[], Any], exc: Exception, run_dir: Path) -> Any:
     """W&B failed to start online (a server that accepted the probe, then did not answer): start it offline in the
     same run directory; None if that fails too."""
     import wandb
 
+    for attempt in (run_dir / "wandb").glob("run-*"):  # the online run that never started: not a run to read back
+        shutil.rmtree(attempt, ignore_errors=True)
     try:
         wandb.setup(settings=wandb.Settings(mode="offline"))
         backend = start()
     except Exception:  # noqa: BLE001 — reported by the caller with the first error
         return None
-    _warn(f"W&B could not start online ({type(exc).__name__}: {exc}); this run logs to W&B offline instead")
+    _warn(
+        f"W&B could not start online ({type(exc).__name__}: {exc}); this run logs to W&B offline instead, in "
+        f"{run_dir / 'wandb'} (`wandb sync {run_dir / 'wandb'}/offline-run-*` uploads it later)"
+    )
     return backend
 
 
