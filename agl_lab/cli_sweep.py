@@ -5,7 +5,8 @@ values given as ``key=a,b`` (:func:`agl_lab.config.grid.sweep_grid`) at every se
 every run. Without an item of several values it sweeps the demo's settings
 (:data:`agl_lab.config.settings.DEMO_SETTINGS`): notebook 04's sweep from a shell. Each run composes from the
 short-run preset (base ``short-run``) like ``agl-lab train``. The sweep is :func:`agl_lab.run_sweep`: the same
-command with the same ``--out`` skips finished runs and reruns failed or interrupted ones. It writes
+command with the same ``--out`` skips finished runs and reruns failed or interrupted ones; a changed config for
+finished runs is refused (exit 4), never retrained over them. It writes
 :func:`agl_lab.training.demo.save_results`' panels (bands across seeds) and ``summary.csv``/``summary.md``, and
 prints the sweep's folder last.
 """
@@ -40,8 +41,9 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
             "Trains every combination of the values given as key=a,b at every seed; key=value items apply to every "
             f"run. Without a key=a,b item it sweeps the demo's settings ({', '.join(DEMO_SETTINGS)}). Each run "
             "composes from base short-run, like agl-lab train. The same command with the same --out skips finished "
-            "runs and reruns failed or interrupted ones. Writes the demo's panels (bands across seeds), summary.csv "
-            "and summary.md into the sweep folder and prints the folder last."
+            "runs and reruns failed or interrupted ones (a changed config for finished runs is refused, exit 4). "
+            "Writes the demo's panels (bands across seeds), summary.csv, summary.md and cells.csv (the cells they "
+            "cover) into the sweep folder and prints the folder last."
         ),
         epilog=f"example: {_EXAMPLE} --seeds 0 1 2",
     )

@@ -29,7 +29,8 @@ EXIT_CODES = {
     "others are kept)",
     2: "a bad command line, config key or value, or several values outside `agl-lab sweep` (nothing was created)",
     3: "launch: exported, but Agent Lightning's trainer cannot run here",
-    4: "the run or sweep directory is taken: it holds a run, or another run or sweep is writing to it",
+    4: "the run or sweep directory is taken: it holds a run, another run or sweep is writing to it, or it holds a "
+    "sweep's finished cells of another config",
     5: "a file or folder could not be read or written (missing model path or file, read-only or full disk)",
     6: "the run trained nothing: every step was skipped (its files are kept)",
     70: "an unexpected error (a bug in agl_lab or below it); --debug shows the traceback",

@@ -83,6 +83,8 @@ CONSTRAINTS: dict[str, Constraint] = {
     "data.max_prompt_length": _SIZE,
     "data.max_response_length": Constraint("integer", low=1, why=": every response would be empty, nothing trains"),
     f"{_ROLLOUT}.n": _SIZE,
+    f"{_ROLLOUT}.prompt_length": _SIZE,  # data.max_prompt_length unless set apart
+    f"{_ROLLOUT}.response_length": _SIZE,  # the tokens per LLM call; data.max_response_length unless set apart
     f"{_ACTOR}.ppo_mini_batch_size": _SIZE,
     f"{_ACTOR}.ppo_epochs": Constraint("integer", low=1, why=": the actor would make no update, so nothing trains"),
     "trainer.total_epochs": _SIZE,
@@ -138,6 +140,10 @@ def constraint_problems(cfg: DictConfig, *, default: Callable[[str], Any]) -> li
     suggested as the fix when it is acceptable)."""
     problems = []
     for key, rule in CONSTRAINTS.items():
+        parent, _, name = key.rpartition(".")
+        section = OmegaConf.select(cfg, parent, default=None)
+        if isinstance(section, DictConfig) and name in section and OmegaConf.is_interpolation(section, name):
+            continue  # it follows another key (rollout.response_length: data.max_response_length), checked there
         value = OmegaConf.select(cfg, key, default=None)
         if rule.accepts(value):
             continue

@@ -121,6 +121,9 @@ def stop_signals() -> Iterator[None]:
 def deferred_signals() -> Iterator[None]:
     """A stop signal arriving inside the block is raised when the block ends (if it is the first), never inside it:
     what the block writes is written whole. Outside :func:`stop_signals` (or the main thread) a plain block."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
     _state.deferring += 1
     try:
         yield

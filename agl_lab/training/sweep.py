@@ -5,13 +5,17 @@ bands. Each cell is a short run (``agl_lab.short_run_config``: Agent Lightning's
 sizes, your ``overrides`` and ``dotlist``, then the setting's own dotlist) in its own run directory,
 ``<sweep_dir>/<setting>/seed-<seed>/``, with a ``cell.json`` recording its setting, seed, dotlist, status
 (``running``, ``done``, ``failed`` with the error) and the hash of the resolved config it ran
-(:mod:`agl_lab.training.sweep_cells`). Running the same sweep again skips the cells done with the same config and
-reruns the rest (failed, interrupted, or changed: other steps, a setting redefined); a failing or damaged cell never
+(:mod:`agl_lab.training.sweep_cells`). Running the same sweep again skips the cells done with the same config,
+reruns the unfinished ones (failed, interrupted, damaged: warned about per cell) and trains new seeds or settings
+beside them; finished cells whose config changed are never replaced: the sweep is refused before anything runs,
+naming what changed (:func:`~agl_lab.training.sweep_cells.refuse_changed`, exit 4). A failing or damaged cell never
 loses the others. The result is one long-form table (``history.COLUMNS``) over all finished cells.
 
-A sweep holds its directory while it runs (:func:`agl_lab.training.locks.directory_lock`): a second sweep into it is
-refused, never mixed in. Duplicate seeds, and settings that resolve to the same config, are refused before anything
-runs (each would be trained and counted twice). SIGTERM stops a serial sweep like Ctrl-C: finished cells are kept.
+Every cell is planned and every setting checked before the first cell trains (:mod:`agl_lab.training.sweep_plan`). A
+sweep holds its directory while it runs (:func:`agl_lab.training.locks.directory_lock`): a second sweep into it is
+refused, never mixed in. Ctrl-C or SIGTERM stops it, serial or on Ray, keeping the finished cells
+(:mod:`agl_lab.training.process_state`): on Ray the running cells are cancelled, each stopping like Ctrl-C in its
+worker (its steps and policy kept), and the Ray instance the sweep started is shut down.
 
 A cell trains with ``lab.cpu_threads`` torch threads (1 by default) whichever executor runs it, so Ray and
 serial sweeps give the same numbers for the same seeds. Ray workers register ``per_rollout_mean`` through
@@ -162,8 +166,8 @@ def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: 
     try:
         task = ray.remote(num_cpus=1, max_retries=0)(run_cell)
         pending = {task.remote(cell, dict(overrides or {})): cell for cell in cells}
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
+        while pending:  # a timeout, so that a signal's handler runs within a second of its arrival
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
             for ref in done:
                 cell = pending.pop(ref)
                 try:
