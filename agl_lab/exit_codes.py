@@ -18,7 +18,7 @@ from agl_lab.config.compose import ConfigError
 from agl_lab.config.doctor import DoctorError
 from agl_lab.config.secrets import mask_secrets, masked_output
 from agl_lab.training.locks import DirectoryBusyError
-from agl_lab.training.process_state import Terminated, exit_protected, signal_exit_code, stop_signals
+from agl_lab.training.process_state import exit_protected, signal_exit_code, stop_signals, stopped_by
 from agl_lab.training.tracking import ConcurrentRunError
 
 __all__ = ["EXIT_CODES", "TrainedNothingError", "exit_code", "help_epilog", "report_errors", "stopped"]
@@ -45,10 +45,8 @@ class TrainedNothingError(RuntimeError):
 
 def exit_code(exc: BaseException) -> int:
     """The documented exit code for ``exc``."""
-    if isinstance(exc, Terminated):
-        return 143
-    if isinstance(exc, KeyboardInterrupt):
-        return 130
+    if isinstance(exc, KeyboardInterrupt):  # Ctrl-C or SIGTERM, by the first signal received
+        return signal_exit_code(stopped_by(exc))
     if isinstance(exc, TrainedNothingError):
         return 6
     if isinstance(exc, DoctorError):

@@ -37,6 +37,7 @@ __all__ = [
     "signal_exit_code",
     "stop_requested",
     "stop_signals",
+    "stopped_by",
     "torch_threads",
 ]
 
@@ -138,6 +139,12 @@ def signal_exit_code(name: str) -> int:
     """The exit status a shell reports for a process ended by signal ``name``: 128 + its number (SIGINT 130,
     SIGTERM 143), what ``timeout``, Slurm and ``docker stop`` read."""
     return 128 + signal.Signals[name].value
+
+
+def stopped_by(exc: KeyboardInterrupt) -> str:
+    """The signal that stopped the work: the first one received (a library between the signal and the caller may
+    raise a plain ``KeyboardInterrupt`` for any signal: Ray's ``wait`` does), else what ``exc`` says."""
+    return stop_requested() or ("SIGTERM" if isinstance(exc, Terminated) else "SIGINT")
 
 
 def stop_requested() -> str | None:

@@ -43,7 +43,13 @@ from agl_lab.config.lab_config import lab_field_rule
 from agl_lab.config.secrets import mask_secrets, secret_values
 from agl_lab.core.loss import ray_runtime_env
 from agl_lab.training.locks import directory_lock
-from agl_lab.training.process_state import Terminated, deferred_signals, reinstall_stop_handlers, stop_signals
+from agl_lab.training.process_state import (
+    Terminated,
+    deferred_signals,
+    reinstall_stop_handlers,
+    stop_signals,
+    stopped_by,
+)
 from agl_lab.training.sweep_cells import Cell, cell_status, collect, refuse_changed, warn_reruns, write_status
 from agl_lab.training.sweep_plan import plan_sweep
 from agl_lab.training.trainer import train
@@ -106,14 +112,14 @@ def run_sweep(
             else:
                 _run_on_ray(todo, overrides, address=address, num_cpus=num_cpus, bar=bar)
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: what finished is kept and returned; the next run resumes
-            stopped, interrupted_by = True, _signal_name(exc)
+            stopped, interrupted_by = True, stopped_by(exc)
         finally:
             bar.close()
         try:
             with deferred_signals():  # the table is read whole; a first signal meanwhile counts as a stop
                 table, cell_lines = collect(cells)
         except KeyboardInterrupt as exc:
-            stopped, interrupted_by = True, _signal_name(exc)
+            stopped, interrupted_by = True, stopped_by(exc)
     return SweepResult(
         sweep_dir=Path(sweep_dir), table=table, cells=cell_lines, stopped=stopped, interrupted_by=interrupted_by
     )
@@ -184,7 +190,3 @@ def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: 
     finally:
         if started_here:  # a Ray instance the sweep started goes with it; one you started stays yours
             ray.shutdown()
-
-
-def _signal_name(exc: KeyboardInterrupt) -> str:
-    return "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"

@@ -47,10 +47,10 @@ from agl_lab.training.actor import LabActor, compute_log_probs
 from agl_lab.training.policy import build_policy
 from agl_lab.training.preflight import check_trainable
 from agl_lab.training.process_state import (
-    Terminated,
     deferred_signals,
     signal_exit_code,
     stop_signals,
+    stopped_by,
     torch_threads,
 )
 from agl_lab.training.rollout import collect_rollouts, sampling_params
@@ -136,7 +136,7 @@ def _train(
         except KeyboardInterrupt as exc:
             if session is None:  # stopped before the run had files: nothing to keep, the caller reports the stop
                 raise
-            stopped, interrupted_by = True, "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+            stopped, interrupted_by = True, stopped_by(exc)
         finally:  # also on an error: what finished stays on disk, the policy is saved and the trackers are closed
             if bar is not None:
                 bar.close()
