@@ -28,41 +28,56 @@ def silent_server():
     server.bind(("127.0.0.1", 0))
     server.listen(16)
     accepted = []
-    threading.Thread(target=lambda: accepted.extend(iter(lambda: server.accept()[0], None)), daemon=True).start()
+
+    def accept_forever():
+        try:
+            while True:
+                accepted.append(server.accept()[0])
+        except OSError:  # the fixture closed the server
+            pass
+
+    threading.Thread(target=accept_forever, daemon=True).start()
     yield server.getsockname()[1]
     server.close()
 
 
-def train_online(tmp_path, url, *, extra_env=None):
-    run_dir = tmp_path / "run"
+def start_online(tmp_path, name, url, *, extra_env=None):
     env = {"WANDB_MODE": "online", "WANDB_BASE_URL": url, "WANDB_API_KEY": KEY, **(extra_env or {})}
-    proc = start_agl_lab(
-        ["train", *TINY_RUN, "trainer.logger=[wandb]", f"lab.run_dir={run_dir}"], cwd=tmp_path, env=env
-    )
-    out, err = proc.communicate(timeout=240)  # bounded: W&B alone would wait 90 s before failing
+    run_dir = tmp_path / name
+    args = ["train", *TINY_RUN, "trainer.logger=[wandb]", f"lab.run_dir={run_dir}"]
+    return run_dir, start_agl_lab(args, cwd=tmp_path, env=env)
+
+
+def finished_offline(run_dir, proc):
+    """The run finished, its W&B run offline in its directory with every step; returns stderr."""
+    out, err = proc.communicate(timeout=240)  # bounded: W&B alone would wait 90 s per run before failing
     assert proc.returncode == 0, err[-3000:]
-    (run_file,) = find_offline_runs(run_dir / "wandb")
+    (run_file,) = find_offline_runs(run_dir / "wandb")  # one run: a failed online attempt is not left to be read
     wandb_run = read_offline_run(run_file)
     assert wandb_run.complete and wandb_run.exit_code == 0
     assert [row["_step"] for row in wandb_run.history] == [1, 2]  # every step, offline
     assert f"W&B run: {run_file.parent}" in out
     assert KEY not in out + err
-    return run_dir, err
-
-
-def test_online_with_nothing_listening_logs_offline_and_says_where(tmp_path):
-    url = f"http://127.0.0.1:{closed_port()}"
-    run_dir, err = train_online(tmp_path, url)
-    assert f"agl-lab: warning: the W&B server {url} is not reachable (ConnectionRefusedError" in err
-    assert f"this run logs to W&B offline instead, in {run_dir / 'wandb'} (`wandb sync" in err
     assert json.loads((run_dir / "status.json").read_text())["status"] == "finished"
+    return err
 
 
-def test_online_with_a_server_that_never_answers_retries_offline(tmp_path, silent_server):
-    # the probe connects, so W&B starts online and times out (shortened here from its 90 s); the run then retries
-    # offline instead of going on without W&B
-    _, err = train_online(tmp_path, f"http://127.0.0.1:{silent_server}", extra_env={"WANDB_INIT_TIMEOUT": "5"})
-    assert "agl-lab: warning: W&B could not start online (" in err and "this run logs to W&B offline instead" in err
+def test_online_without_an_answering_server_logs_offline_and_says_where(tmp_path, silent_server):
+    refused_url = f"http://127.0.0.1:{closed_port()}"
+    # nothing listening: the probe says so at once. A server that accepts and never replies: the probe connects,
+    # W&B starts online and times out (shortened here from its 90 s), and the run retries offline.
+    procs = {
+        "refused": start_online(tmp_path, "refused", refused_url),
+        "silent": start_online(
+            tmp_path, "silent", f"http://127.0.0.1:{silent_server}", extra_env={"WANDB_INIT_TIMEOUT": "5"}
+        ),
+    }  # both at once: each mostly waits
+    refused, silent = (finished_offline(*procs[name]) for name in ("refused", "silent"))
+    run_dir = procs["refused"][0]
+    assert f"agl-lab: warning: the W&B server {refused_url} is not reachable (ConnectionRefusedError" in refused
+    assert f"this run logs to W&B offline instead, in {run_dir / 'wandb'} (`wandb sync" in refused
+    assert "agl-lab: warning: W&B could not start online (" in silent
+    assert f"this run logs to W&B offline instead, in {procs['silent'][0] / 'wandb'}" in silent
 
 
 def test_the_probe_answers_within_its_timeout(silent_server):
