@@ -8,11 +8,12 @@ notebook cell runs another), so each is shared, not grabbed:
 * :func:`stop_signals` — SIGINT (Ctrl-C) raises ``KeyboardInterrupt`` and SIGTERM (what ``timeout``, schedulers and
   ``docker stop`` send) raises :class:`Terminated`, a ``KeyboardInterrupt``, in the main thread, **once**: the run or
   sweep ends as after Ctrl-C (finished steps kept, the policy saved, the trackers closed with their exit records).
-  Every later signal, in any rhythm, is counted and ignored while the process stops, so the stopping itself is never
-  interrupted half-way. Inside :func:`deferred_signals` (where files are completed: the policy, the last records) even
-  the first signal waits until the block ends. Blocks nest: the outermost one owns the handlers, and the first
-  signal's name stays readable (:func:`stop_requested`) until it ends. Only the main thread can install a signal
-  handler; elsewhere the caller's handling stays as it is.
+  Every later signal, in any rhythm, is ignored while the process stops (with one ``already stopping`` line), so the
+  stopping itself is never interrupted half-way; a process that must die now takes SIGKILL. Inside
+  :func:`deferred_signals` (where files are completed: the policy, the last records) even the first signal waits
+  until the block ends. Blocks nest: the outermost one owns the handlers, and the first
+  signal's name stays readable (:func:`stop_requested`, :func:`stopped_by`) until it ends. Only the main thread can
+  install a signal handler; elsewhere the caller's handling stays as it is.
 * :func:`exit_protected` — once a command has ended, the interpreter's exit hooks (Ray's ``shutdown``) run with the
   stop signals ignored: a late Ctrl-C never prints a traceback from them.
 """
@@ -88,7 +89,6 @@ class _StopState:
         self.previous: dict[int, object] = {}
         self.first: str | None = None  # the first stop signal's name ("SIGINT", "SIGTERM")
         self.raised = False  # the first signal's exception was raised (or is on its way)
-        self.count = 0  # stop signals received, the first included
         self.deferring = 0  # nested deferred_signals blocks
         self.told = False  # the "already stopping" line was written
 
@@ -169,7 +169,6 @@ def exit_protected() -> None:
 
 
 def _handler(signum: int, frame) -> None:
-    _state.count += 1
     if _state.first is not None:  # already stopping: finishing what is being written matters more
         if not _state.told:
             _state.told = True
