@@ -10,7 +10,7 @@ import pytest
 from agl_lab import ConfigError
 from agl_lab.curves.history import read_wandb_offline
 from agl_lab.training.sweep import run_sweep
-from agl_lab.training.sweep_cells import SweepChangedError
+from agl_lab.training.sweep_cells import CellRerunWarning, SweepChangedError
 from agl_lab.training.sweep_plan import plan_sweep
 from conftest import TINY_RUN, start_gated
 
@@ -86,7 +86,8 @@ def test_a_killed_cell_is_rerun_and_finished_cells_are_skipped(tmp_path):
     (killed / "metrics.jsonl").write_text((killed / "metrics.jsonl").read_text().splitlines()[0] + "\n")
     untouched = tmp_path / "resume" / "both_off" / "seed-0" / "metrics.jsonl"
     before = untouched.stat().st_mtime_ns
-    again = sweep(tmp_path, "resume")
+    with pytest.warns(CellRerunWarning, match="both_on seed 1 was running after 1 step"):
+        again = sweep(tmp_path, "resume")
     assert untouched.stat().st_mtime_ns == before  # finished cells are not run again
     assert again.cells["status"].tolist() == ["done"] * 4
     pd.testing.assert_frame_equal(canonical(again.table), canonical(first.table))
@@ -209,7 +210,8 @@ def test_a_damaged_cell_never_loses_the_table_of_the_others(tmp_path):
     damaged = cells[cells.status == "damaged"].error.tolist()
     assert "metrics.jsonl is not a text JSON-lines file" in damaged[0] and "cell.json is not valid JSON" in damaged[1]
     assert set(zip(table.setting, table.seed, strict=True)) == {("both_on", 0), ("both_off", 1)}
-    again = sweep(tmp_path, "s")  # the damaged cells rerun; the table is whole again
+    with pytest.warns(CellRerunWarning, match="was damaged after"):
+        again = sweep(tmp_path, "s")  # the damaged cells rerun; the table is whole again
     assert again.cells["status"].tolist() == ["done"] * 4
     pd.testing.assert_frame_equal(canonical(again.table), canonical(whole.table))
 
