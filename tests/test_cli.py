@@ -248,10 +248,11 @@ def test_a_typod_value_is_one_error_naming_the_nearest_and_nothing_runs(capsys, 
     # sweep: --seeds takes its seeds and leaves the item; every setting is checked before anything is created
     out_dir = tmp_path / "sweep"
     argv = ["sweep", "--seeds", "0", "1", f"{typo},vanilla", "--executor", "serial", "--out", str(out_dir)]
-    assert main(argv) == 2
+    assert main(argv) == 1  # the doctor's error, as for train
     out, err = capsys.readouterr()
     assert out == f"Base: short-run = {BASES['short-run'].label}\n"
-    assert len(err.splitlines()) == 1 and err.startswith(f"agl-lab: config error: {error}")
+    setting = "loss_mode-per_rollout_maen"
+    assert len(err.splitlines()) == 1 and err.startswith(f"agl-lab: config error: setting {setting!r}: {error}")
     assert not out_dir.exists()
 
 

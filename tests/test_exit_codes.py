@@ -194,7 +194,8 @@ def test_the_readme_lists_the_same_exit_codes():
 
 
 def test_a_demo_whose_runs_failed_exits_1_naming_each(capsys, here):
-    code, _, err = cli(capsys, "demo", "--out", str(here / "demo"), *TINY, "algorithm.adv_estimator=remax")
+    (here / "not-a-model").mkdir()  # a folder, so every check passes; loading a model from it fails in each run
+    code, _, err = cli(capsys, "demo", "--out", str(here / "demo"), *TINY, f"lab.model_path={here / 'not-a-model'}")
     assert code == 1
     assert [line.split(":")[1].strip() for line in err if line.startswith("agl-lab:")] == [
         "both_on seed 0 failed",

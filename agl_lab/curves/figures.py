@@ -26,6 +26,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from agl_lab.config.settings import DEMO_SETTINGS
+from agl_lab.curves.atomic_files import written_whole
 from agl_lab.curves.bands import BAND_LABELS, Band, bands, smoothed
 
 __all__ = [
@@ -201,7 +202,8 @@ def save_figure(fig: Figure, stem: str | Path, *, formats: Sequence[str] = ("png
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_suffix(f".{fmt}") for fmt in formats]
     for path in paths:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
+        with written_whole(path) as partial:  # a stop mid-save leaves the previous figure, never half of one
+            fig.savefig(partial, dpi=120, bbox_inches="tight", format=path.suffix[1:])
     return paths
 
 

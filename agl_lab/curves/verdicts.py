@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from agl_lab.curves.atomic_files import write_whole
 from agl_lab.curves.effects import ALPHA, METHODS, NEED_TWO_SEEDS
 from agl_lab.curves.summary import WINDOWS, markdown_table
 
@@ -79,8 +80,8 @@ def save_effects(effects: pd.DataFrame, out: str | Path) -> dict[str, Path]:
     """Write ``effects.csv`` and ``effects.md`` into ``out``; returns name → path."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "effects.csv").write_text(effects.to_csv(index=False))
-    (out / "effects.md").write_text(effects_markdown(effects))
+    write_whole(out / "effects.csv", effects.to_csv(index=False))  # never half a table after a stop
+    write_whole(out / "effects.md", effects_markdown(effects))
     return {"effects.csv": out / "effects.csv", "effects.md": out / "effects.md"}
 
 

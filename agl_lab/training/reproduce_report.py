@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from agl_lab.curves.atomic_files import write_whole
 from agl_lab.curves.figures import plot_bands, save_figure
 from agl_lab.curves.forest import plot_forest
 from agl_lab.curves.summary import markdown_table
@@ -51,7 +52,7 @@ def write_report(reproduction: Reproduction, out: str | Path) -> dict[str, Path]
             stem = "bands-" + re.sub(r"[^A-Za-z0-9]+", "_", metric).strip("_")
             files[stem] = save_figure(figure, out / stem, formats=("png",))[0]
     files["report.md"] = out / "report.md"
-    files["report.md"].write_text(report_markdown(reproduction, figures=[p.name for p in files.values()]))
+    write_whole(files["report.md"], report_markdown(reproduction, figures=[p.name for p in files.values()]))
     return files
 
 

@@ -36,22 +36,24 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 import torch
-from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 from verl.trainer.ppo.core_algos import agg_loss, get_kl_controller
-from verl.utils.config import omega_conf_to_dataclass
 
-from agl_lab.config.checks import lab_estimator_problem
-from agl_lab.config.compose import ConfigError
-from agl_lab.config.doctor import diagnose, raise_for_errors
 from agl_lab.core.aggregation import aggregate, aggregation_limits
 from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, select_rows
 from agl_lab.lab.loss_scale import loss_scale
 from agl_lab.lab.rollout_mass import multi_row_mass
 from agl_lab.training.actor import LabActor, compute_log_probs
 from agl_lab.training.policy import build_policy
-from agl_lab.training.process_state import Terminated, sigterm_as_interrupt, torch_threads
+from agl_lab.training.preflight import check_trainable
+from agl_lab.training.process_state import (
+    deferred_signals,
+    signal_exit_code,
+    stop_signals,
+    stopped_by,
+    torch_threads,
+)
 from agl_lab.training.rollout import collect_rollouts, sampling_params
 from agl_lab.training.session import open_session
 from agl_lab.training.tasks import make_task
@@ -95,8 +97,8 @@ def train(
     each step's metrics.jsonl record (``step`` + metrics) once the step is written. ``progress``: a tqdm bar.
     Files and trackers: :mod:`agl_lab.training.session` (nothing half-made if the run fails before step 1).
     """
-    steps, actor = _check(cfg)
-    with torch_threads(int(cfg.lab.cpu_threads)), sigterm_as_interrupt():
+    steps, actor = check_trainable(cfg)
+    with torch_threads(int(cfg.lab.cpu_threads)), stop_signals():
         return _train(cfg, steps=steps, actor=actor, stop_event=stop_event, on_step=on_step, progress=progress)
 
 
@@ -111,13 +113,14 @@ def _train(
 ) -> TrainResult:
     run = _Run(cfg, actor=actor, total_steps=steps)  # builds the policy: a bad model path fails before any file
     with run.backend:  # closed last: the policy is saved first (the verl backend syncs it after every update)
-        session = open_session(cfg, tracker_factory=open_tracker)
         history: list[dict[str, Any]] = []
         timings: list[dict[str, Any]] = []
         stopped = finished = False
         interrupted_by = None
-        bar = tqdm(total=steps, desc=f"{cfg.trainer.experiment_name} s{cfg.lab.seed}", disable=not progress)
+        session = bar = None
         try:
+            session = open_session(cfg, tracker_factory=open_tracker)  # undoes itself when stopped half-way
+            bar = tqdm(total=steps, desc=f"{cfg.trainer.experiment_name} s{cfg.lab.seed}", disable=not progress)
             for step in range(1, steps + 1):
                 if stop_event is not None and stop_event.is_set():
                     stopped = True
@@ -132,10 +135,17 @@ def _train(
                     on_step(history[-1])
             finished = not stopped
         except KeyboardInterrupt as exc:
-            stopped, interrupted_by = True, "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+            if session is None:  # stopped before the run had files: nothing to keep, the caller reports the stop
+                raise
+            stopped, interrupted_by = True, stopped_by(exc)
         finally:  # also on an error: what finished stays on disk, the policy is saved and the trackers are closed
-            bar.close()
-            close_errors = session.close(save_policy=run.policy.save, exit_code=0 if finished else 1)
+            if bar is not None:
+                bar.close()
+            if session is not None:
+                # a signal now waits until the files are whole (and is raised after them, if it is the first)
+                with deferred_signals():
+                    code = 0 if finished else signal_exit_code(interrupted_by) if interrupted_by else 1
+                    close_errors = session.close(save_policy=run.policy.save, exit_code=code, stopped=stopped)
         if close_errors:  # only when the run itself raised nothing: that error would be the one to see
             raise close_errors[0]
         return TrainResult(
@@ -225,28 +235,6 @@ class _Run:
     def _seed(self, stream: int, step: int) -> int:
         """A seed per (stream, step): each step's randomness is fixed by lab.seed alone, whatever came before."""
         return int(np.random.SeedSequence([self.seed, stream, step]).generate_state(1)[0])
-
-
-def _check(cfg: DictConfig) -> tuple[int, Any]:
-    """The doctor's errors, the step count and verl's own ActorConfig checks, before anything is written."""
-    raise_for_errors(diagnose(cfg))
-    if problem := lab_estimator_problem(cfg):
-        raise ConfigError(f"config has problems:\n  - {problem}")
-    steps = cfg.trainer.total_training_steps
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ConfigError(
-            f"trainer.total_training_steps must be a positive integer for a short run, got {steps!r}: "
-            "set it, e.g. trainer.total_training_steps=40 (agl_lab.short_run_config sets it)"
-        )
-    try:
-        actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
-        actor.validate(n_gpus=1, train_batch_size=int(cfg.data.train_batch_size))
-    except (InstantiationException, ValueError, AssertionError) as exc:
-        cause = exc.__cause__ or exc
-        raise ConfigError(
-            f"verl refuses actor_rollout_ref.actor: {cause} (agl_lab.short_run_config sizes the batch for a short run)"
-        ) from exc
-    return steps, actor
 
 
 def _backend(cfg: DictConfig, run: _Run, *, total_steps: int) -> ActorBackend:
