@@ -12,7 +12,8 @@ The package follows the data flow, one subpackage per stage:
 * ``agl_lab.curves`` — training histories: readers (run dirs, W&B), bands across seeds, summaries, figures;
 * ``agl_lab.ui`` — the notebooks' widget panels.
 
-The names of later stages (``train``, ``TrainResult``, ``run_sweep``, ``compare_settings``, ``example_rows``) load
+The names of later stages (``train``, ``TrainResult``, ``run_sweep``, ``compare_settings``, ``weighting_diagnostics``,
+``example_rows``) load
 on first use, so the batch math imports light.
 """
 
@@ -65,6 +66,7 @@ _LAZY = {
     "TrainResult": "agl_lab.training.trainer",
     "run_sweep": "agl_lab.training.sweep",
     "compare_settings": "agl_lab.curves.effects",
+    "weighting_diagnostics": "agl_lab.training.weighting_source",
 }
 
 
@@ -105,4 +107,5 @@ __all__ = [
     "select_rows",
     "short_run_config",
     "train",
+    "weighting_diagnostics",
 ]

@@ -39,6 +39,7 @@ from omegaconf import OmegaConf
 from agl_lab.cli_help import DESCRIPTION, EPILOG, SUBCOMMAND_BASES, print_base, print_launch_view, version
 from agl_lab.cli_reproduce import add_reproduce_parser, run_reproduce_command
 from agl_lab.cli_sweep import add_sweep_parser, run_sweep_command
+from agl_lab.cli_weighting import add_weighting_parser, run_weighting_command
 from agl_lab.config.checks import lab_estimator_problem
 from agl_lab.config.compose import BASES, compose_from
 from agl_lab.config.doctor import diagnose
@@ -96,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--out", default=None, help="export folder (default: agl_export/<name>)")
     add_sweep_parser(commands)
     add_reproduce_parser(commands)
+    add_weighting_parser(commands)
     commands.add_parser("lab", help="open JupyterLab on the repository's notebooks (other options go to jupyter lab)")
     return parser
 
@@ -107,6 +109,8 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         return run_sweep_command(args)
     if args.command == "reproduce":
         return run_reproduce_command(args)
+    if args.command == "weighting":
+        return run_weighting_command(args)
     if args.command == "lab":
         return _lab(extra)
     if args.command == "train":
