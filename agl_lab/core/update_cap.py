@@ -9,9 +9,9 @@ unseeded global RNG; here ``seed`` makes the choice reproducible.
 
 A row drop can train a rollout in part (some of its rows kept, some dropped). ``drop_unit="rollout"`` (the lab-only
 ``lab.cap_drop_unit=rollout``; the default ``row`` is Agent Lightning's) drops whole rollouts instead, in the same
-order (rollouts of same-reward groups first, then the others, each in a seeded random order), taking a rollout only
-when all its rows fit in what is left to drop; when no remaining rollout fits exactly, it keeps one mini-batch
-fewer and goes on. A rollout is then trained whole or not at all (``lab/partially_dropped_rollouts`` counts the
+order (rollouts of same-reward groups first, then the others, each in a seeded random order), taking each rollout
+that still leaves an exact fit for the rest of the surplus behind it; when no set of whole rollouts adds up to the
+surplus, it keeps one mini-batch fewer. A rollout is then trained whole or not at all (``lab/partially_dropped_rollouts`` counts the
 others). Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
 """
 
@@ -201,15 +201,21 @@ def _whole_rollouts(
     order = np.concatenate(
         [rng.permutation(np.flatnonzero(same_rollout)), rng.permutation(np.flatnonzero(~same_rollout))]
     )
+    # suffix[i]: the row counts the rollouts order[i:] can drop together, as a bit set (bit x: x rows reachable)
+    suffix = [1] * (len(order) + 1)
+    for i in range(len(order) - 1, -1, -1):
+        suffix[i] = suffix[i + 1] | (suffix[i + 1] << int(sizes[order[i]]))
     dropped = np.zeros(rollouts.n_groups, dtype=bool)
-    remaining = len(batch)
-    while remaining > n_kept:  # one pass per target; n_kept = 0 drops every rollout, so this ends
-        for r in order:
-            if not dropped[r] and sizes[r] <= remaining - n_kept:
-                dropped[r] = True
-                remaining -= int(sizes[r])
-        if remaining > n_kept:
-            n_kept -= mini_batch_size  # no rollout fits what is left to drop: keep one mini-batch fewer
+    target = n_kept
+    while not suffix[0] >> (len(batch) - target) & 1:  # no whole rollouts add up to the surplus: one mini-batch fewer
+        target -= mini_batch_size  # ends by 0: every rollout together is the whole batch
+    need = len(batch) - target
+    for i, r in enumerate(order):  # in priority order, each rollout that still leaves an exact fit behind it
+        if need == 0:
+            break
+        if sizes[r] <= need and suffix[i + 1] >> (need - int(sizes[r])) & 1:
+            dropped[r] = True
+            need -= int(sizes[r])
     rows = np.flatnonzero(dropped[rollouts.codes])  # (dropped rows,)
     is_same = same_rollout[rollouts.codes[rows]]
     return rows[is_same], rows[~is_same]
