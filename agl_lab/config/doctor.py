@@ -42,6 +42,7 @@ from agl_lab.config.tree import INTERPOLATION, leaves
 from agl_lab.config.verl_features import feature_for, verl_notes, verl_problems
 from agl_lab.core.aggregation import TRACE_LEVELS
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, PER_ROLLOUT_MEAN_LOSS_MODE
+from agl_lab.core.row_weights import SESSION_EQUAL
 
 __all__ = [
     "TRAINERS",
@@ -178,7 +179,8 @@ def _enums(get) -> list[Finding]:
 
 def _pair(get) -> list[Finding]:
     rollout_level = bool(get(PAIR_ADV))
-    per_rollout = get(LOSS_MODE) in PER_ROLLOUT_LOSS_MODES  # per_rollout_mean or cispo_per_rollout_mean
+    # per_rollout_mean, cispo_per_rollout_mean, or verl PR #7580's session_equal: each weighs every rollout alike
+    per_rollout = get(LOSS_MODE) in (*PER_ROLLOUT_LOSS_MODES, SESSION_EQUAL)
     if rollout_level and not per_rollout:
         return [
             Finding(

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from agl_lab.core.loss import DIVISORS
+from agl_lab.core.update_cap import DROP_UNITS
 
 __all__ = ["ACTORS", "TASKS", "LabConfig", "lab_field_rule"]
 
@@ -34,6 +35,10 @@ class LabConfig:
     # per_rollout_mean divisor: "rows" = Agent Lightning v1.0 (rollout tokens × trained rows, batch total
     # n_rollouts/n_rows); "rollouts" = the technical report's Eq. 16 (rollout tokens × rollouts, total 1).
     per_rollout_divisor: str = _field("rows", choices=DIVISORS)
+    # What the update cap (and the mini-batch alignment) drops: "row" = Agent Lightning's per-row drop (a rollout can
+    # be trained in part); "rollout" = whole rollouts only, same-reward groups first, seeded (lab-only; see
+    # docs/differences.md). lab/partially_dropped_rollouts counts the rollouts trained in part.
+    cap_drop_unit: str = _field("row", choices=DROP_UNITS)
 
     # --- short training runs (agl_lab.train, `agl-lab train`, notebooks/03_short_training_runs.ipynb) ---
     # Agent task the policy plays: "lock" = a combination-lock game whose failing rollouts take the most turns

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from agl_lab.curves.effects import NEED_TWO_SEEDS
+from agl_lab.curves.effects import METHODS, NEED_TWO_SEEDS
 from agl_lab.curves.figures import setting_colours
 from agl_lab.curves.summary import WINDOWS
 
@@ -37,7 +37,9 @@ def plot_forest(effects: pd.DataFrame, *, title: str | None = None) -> Figure:
             if interval:
                 ax.plot([row.ci_low, row.ci_high], [y, y], color=colour, linewidth=2.2, solid_capstyle="butt")
             ax.plot([row.mean_diff], [y], "o", color=colour, markerfacecolor=colour if interval else "white")
-            note = f"n={row.n_pairs}, p={row.p_value:.2g}" if interval else f"n={row.n_pairs}: {NEED_TWO_SEEDS}"
+            rliable = getattr(row, "method", "paired_t") == "rliable"
+            measure = f"P(improvement)={row.poi:.2f}" if rliable else f"p={row.p_value:.2g}"
+            note = f"n={row.n_pairs}, {measure}" if interval else f"n={row.n_pairs}: {NEED_TWO_SEEDS}"
             ax.annotate(note, (1.0, y), xycoords=("axes fraction", "data"), xytext=(4, 0),
                         textcoords="offset points", va="center", fontsize="small")  # fmt: skip
         ax.axvline(0.0, color="0.4", linewidth=0.8, linestyle="--")
@@ -46,5 +48,7 @@ def plot_forest(effects: pd.DataFrame, *, title: str | None = None) -> Figure:
         ax.set_xlabel(f"difference in {metric}")
         ax.grid(axis="x", alpha=0.3)
     window = WINDOWS[effects.attrs.get("window", "last_20pct")]
-    fig.suptitle(title or f"paired differences and 95% t-intervals; per run, {window}", fontsize="medium")
+    method = effects.attrs.get("method", "paired_t")
+    how = "paired differences and 95% t-intervals" if method == "paired_t" else METHODS[method].heading
+    fig.suptitle(title or f"{how}; per run, {window}", fontsize="medium")
     return fig

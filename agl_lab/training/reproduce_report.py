@@ -45,6 +45,8 @@ def write_report(reproduction: Reproduction, out: str | Path) -> dict[str, Path]
     if len(drawable):
         forest = drawable.assign(metric=drawable["metric"] + " (" + drawable["window"] + ")")
         title = "differences (setting − baseline, paired by seed; − 0: the setting's own runs) and 95% t-intervals"
+        if (drawable.get("method") == "rliable").any():
+            title += "; rliable rows: IQM difference, stratified-bootstrap 95% interval"
         files["forest"] = save_figure(plot_forest(forest, title=title), out / "forest", formats=("png",))[0]
     for metric in dict.fromkeys(compared["metric"]):
         if metric in set(reproduction.sweep.table["metric"]):

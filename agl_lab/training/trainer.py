@@ -6,10 +6,11 @@ Each step (AGL_FACTS.md §Trainer step order):
    (:mod:`agl_lab.training.rollout`), then trace aggregation into rows (:func:`agl_lab.core.aggregation.aggregate`,
    ``agentlightning.trace_aggregator.*``) — Agent Lightning's adapter metrics;
 2. :func:`agl_lab.select_rows`: marked rows out, mini-batch alignment, ``max_ppo_update_times`` — the drop
-   counters; a step with nothing left is skipped with a warning;
+   counters and ``lab/partially_dropped_rollouts``; a step with nothing left is skipped with a warning;
 3. old log-probs (``actor/entropy``) and, for a KL term, reference log-probs of the initial policy;
 4. :func:`agl_lab.compute_advantages`: rewards, rollout-level or verl advantage, ``per_rollout_mean``
-   normalization — verl's data metrics and ``training/rollout_level_advantage/*``;
+   normalization — verl's data metrics, ``training/rollout_level_advantage/*`` and, on the advantages before the
+   loss's normalization, the weighting diagnostics ``lab/diagnostics/*`` (:mod:`agl_lab.lab.diagnostics`);
 5. the PPO update with the policy loss from verl's registry — ``actor/*``.
 
 Steps 3 and 5 run on the backend ``lab.actor`` names: ``lab`` = agl_lab's own update loop on the lab's policy
@@ -41,7 +42,9 @@ from tqdm.auto import tqdm
 from verl.trainer.ppo.core_algos import agg_loss, get_kl_controller
 
 from agl_lab.core.aggregation import aggregate, aggregation_limits
-from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, select_rows
+from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, normalize_for_loss, select_rows
+from agl_lab.core.update_cap import partially_dropped
+from agl_lab.lab.diagnostics import step_diagnostics
 from agl_lab.lab.loss_scale import loss_scale
 from agl_lab.lab.rollout_mass import multi_row_mass
 from agl_lab.training.actor import LabActor, compute_log_probs
@@ -201,6 +204,7 @@ class _Run:
             rows, adapter_metrics = aggregate(rollouts, **self.limits, pad_token_id=self.policy.pad_token_id)
         with _timed(timing, "drop"):
             batch, drop_metrics = select_rows(rows, cfg, seed=self._seed(4, step))
+            drop_metrics.update(partially_dropped(rows, batch))  # rollouts trained in part (lab.cap_drop_unit)
         metrics = {**task_metrics, **adapter_metrics, **drop_metrics}
         if len(batch) == 0:  # select_rows warned (EmptyBatchWarning): Agent Lightning skips the step
             return metrics, 0
@@ -220,7 +224,9 @@ class _Run:
                     with_entropy=False,
                 )
         with _timed(timing, "adv"):
-            batch, adv_metrics = compute_advantages(batch, cfg, kl_ctrl=self.kl_ctrl)
+            batch, adv_metrics = compute_advantages(batch, cfg, kl_ctrl=self.kl_ctrl, normalize=False)
+            adv_metrics.update(step_diagnostics(batch, cfg))  # verl PR #7580's table, every mode, as estimated
+            normalize_for_loss(batch, cfg)
             adv_metrics["lab/loss_scale"] = loss_scale(batch, cfg)
             adv_metrics.update(multi_row_mass(batch, cfg))  # multi-row rollouts' share of the mass vs of rollouts
             # the same on one update's scale: token-mean gives each mini-batch 1, per_rollout_mean shares its total
