@@ -127,8 +127,14 @@ def _lines(exc: BaseException, code: int) -> list[str]:
 
 
 def _warning_printer(secrets: list[str]) -> Callable[..., None]:
+    shown: set[str] = set()  # each text once per command: Python's once-per-place memory is reset whenever any
+    # code enters warnings.catch_warnings(), so a warning raised in a loop (a reproduction's checks) would repeat
+
     def show(message, category, filename, lineno, file=None, line=None):
         text = " ".join(str(message).split())
+        if text in shown:
+            return
+        shown.add(text)
         print(mask_secrets(f"agl-lab: warning: {text}", secrets), file=file or sys.stderr)
 
     return show

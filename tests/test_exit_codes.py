@@ -6,12 +6,13 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 
 import agl_lab.training.trainer
 from agl_lab.cli import main
-from agl_lab.exit_codes import EXIT_CODES
+from agl_lab.exit_codes import EXIT_CODES, report_errors
 from conftest import TINY_RUN
 
 TINY = (*TINY_RUN, "trainer.logger=[]")
@@ -202,3 +203,15 @@ def test_a_demo_whose_runs_failed_exits_1_naming_each(capsys, here):
         "both_off seed 0 failed",
         "both_on_cap2 seed 0 failed",
     ]
+
+
+def test_a_warning_repeated_in_a_loop_prints_once_with_its_secret_masked(capsys):
+    result: list[int] = []
+    with report_errors(debug=False, secrets=["sk-secret-1"], result=result):
+        for _ in range(3):
+            with warnings.catch_warnings():  # what resets Python's once-per-place memory of warnings
+                warnings.simplefilter("ignore", RuntimeWarning)
+                warnings.warn("too few runs for sk-secret-1", UserWarning, stacklevel=1)
+        warnings.warn("another", UserWarning, stacklevel=1)
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["agl-lab: warning: too few runs for ***", "agl-lab: warning: another"] and result == []
