@@ -57,6 +57,8 @@ def test_defaults_are_verl_ppo_trainer_plus_agent_lightning():
         "actor": "lab",
         "wandb_mode": "auto",
         "cpu_threads": 1,
+        "curve_smoothing": 0.6,
+        "curve_overlay": [],
     }
     OmegaConf.to_container(cfg, resolve=True)  # resolvable
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from agl_lab.config.lab_config import CURVE_SMOOTHING
 from agl_lab.config.settings import DEMO_SETTINGS
 
 __all__ = [
@@ -36,7 +37,7 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#17becf")  # fmt: skip
 SHARED_COLOUR = "#4d4d4d"  # a curve several settings share, drawn once
 OVERLAY_COLOUR = "#808080"  # runs laid over the lab's curves (the run picker, W&B runs read back)
-DEFAULT_SMOOTHING = 0.6  # TensorBoard's default weight; 0 shows the values as logged
+DEFAULT_SMOOTHING = CURVE_SMOOTHING  # lab.curve_smoothing's default (TensorBoard's 0.6); 0 shows the values as logged
 STEP_LABEL = "training step"
 LINE_WIDTH = {"smoothed": 2.0, "raw": 1.0, "seed": 0.8, "overlay": 1.0}
 RAW_OPACITY = 0.3  # the values as logged, behind their smoothed line

@@ -21,7 +21,7 @@ import datetime
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 
 from agl_lab.config.secrets import redacted_yaml
 
-__all__ = ["RunFiles", "create_run_dir", "resolved_config_yaml"]
+__all__ = ["RunFiles", "create_run_dir", "finished_runs", "resolved_config_yaml"]
 
 
 def create_run_dir(cfg: DictConfig) -> Path:
@@ -50,6 +50,18 @@ def create_run_dir(cfg: DictConfig) -> Path:
         except FileExistsError:  # two runs started in the same second (a sweep, the demo)
             n += 1
             path = base.with_name(f"{base.name}-{n}")
+
+
+def finished_runs(roots: Iterable[str | Path]) -> list[Path]:
+    """The finished runs under ``roots``: run directories (``runs/<run>/``) and sweep cells (``sweeps/<sweep>/<cell>/``)
+    with their config, metrics and ``policy/``, which a run writes last (also when stopped); sorted by path."""
+    found = set()
+    for root in map(Path, roots):
+        for config in (*root.glob("*/config.yaml"), *root.glob("*/*/config.yaml")):
+            run = config.parent
+            if (run / "metrics.jsonl").is_file() and (run / "policy").is_dir():
+                found.add(run)
+    return sorted(found)
 
 
 def resolved_config_yaml(cfg: DictConfig) -> str:
