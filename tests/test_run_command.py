@@ -16,6 +16,9 @@ def test_the_command_holds_only_what_differs_from_agl_lab_trains_own_base():
     items = ["lab.seed=3", "trainer.total_training_steps=5", "lab.curve_smoothing=0.8", "lab.curve_overlay=[runs/a]"]
     cfg = short_run_config(dotlist=[*items, "lab.run_dir=/tmp/x"])  # the run directory is per run: left out
     assert sorted(train_dotlist(cfg)) == sorted(items)
+    view = {"lab.curve_smoothing": 0.0, "lab.curve_overlay": []}  # the curve panel's keys, set on the config
+    line = train_command(cfg, view).split()
+    assert line[2:] == ["trainer.total_training_steps=5", "lab.seed=3", "lab.curve_smoothing=0.0"]
 
 
 def test_the_line_composes_the_same_config_when_a_shell_splits_it():

@@ -27,9 +27,13 @@ __all__ = ["run_config", "train_command", "train_commands", "train_dotlist"]
 _PER_RUN = ("lab.run_dir",)
 
 
-def train_command(cfg: DictConfig, *, base: DictConfig | None = None) -> str:
-    """``agl-lab train k=v ...``: the line that composes ``cfg`` (``base``: what the command starts from, default
-    ``agl_lab.short_run_config()``)."""
+def train_command(cfg: DictConfig, view: Mapping[str, Any] | None = None, *, base: DictConfig | None = None) -> str:
+    """``agl-lab train k=v ...``: the line that composes ``cfg`` with the curve panel's keys ``view`` set on it
+    (:meth:`CurveView.settings`); ``base``: what the command starts from, default ``agl_lab.short_run_config()``."""
+    if view:
+        cfg = cfg.copy()
+        for key, value in view.items():
+            OmegaConf.update(cfg, key, value, merge=False)
     return shlex.join(["agl-lab", "train", *train_dotlist(cfg, base=base)])
 
 
