@@ -27,9 +27,9 @@ def fake_run(path, *, seed=0, smoothing=0.6, overlay=(), finished=True):
 @pytest.fixture
 def runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    fake_run(tmp_path / "runs" / "a", seed=4, smoothing=0.9, overlay=["sweeps/s/both_on-s0"])
+    fake_run(tmp_path / "runs" / "a", seed=4, smoothing=0.9, overlay=["sweeps/s/both_on/seed-0"])
     fake_run(tmp_path / "runs" / "running", finished=False)
-    fake_run(tmp_path / "sweeps" / "s" / "both_on-s0", seed=0)
+    fake_run(tmp_path / "sweeps" / "s" / "both_on" / "seed-0", seed=0)  # a sweep's cell
     return tmp_path
 
 
@@ -38,8 +38,8 @@ def mean_trace(view, name="both_on (n=1)", axis="x3"):
 
 
 def test_the_picker_offers_finished_runs_and_sweep_cells_only(runs):
-    assert [str(p) for p in finished_runs(["runs", "sweeps"])] == ["runs/a", "sweeps/s/both_on-s0"]
-    assert CurveView().runs.options == ("runs/a", "sweeps/s/both_on-s0")
+    assert [str(p) for p in finished_runs(["runs", "sweeps"])] == ["runs/a", "sweeps/s/both_on/seed-0"]
+    assert CurveView().runs.options == ("runs/a", "sweeps/s/both_on/seed-0")
 
 
 def test_smoothing_moves_the_values_of_the_same_traces_and_zero_is_raw(runs):
@@ -71,7 +71,7 @@ def test_restore_takes_a_runs_curve_settings_and_hands_its_config_on(runs):
     assert "pick one run" in view.note.value and not restored
     view.runs.value = ("runs/a",)
     view.restore_button.click()
-    assert view.smoothing.value == 0.9 and view.runs.value == ("sweeps/s/both_on-s0",)
+    assert view.smoothing.value == 0.9 and view.runs.value == ("sweeps/s/both_on/seed-0",)
     assert restored[0].lab.seed == 4 and "restored the settings of <code>runs/a</code>" in view.note.value
 
 

@@ -116,7 +116,7 @@ def test_every_plotly_subplot_has_a_title_and_named_axes(name, plotly):
         if name in ("plotly panels", "curve view") and key.startswith("yaxis"):
             assert pd.Series([axis.title.text]).str.contains(UNIT).all(), f"{name}: no unit on {key}"
     if name in ("plotly panels", "curve view"):
-        assert len(titles) >= len(PANELS) and layout.legend.x > 1  # one title per panel; the legend right of the data
+        assert len(titles) >= len(PANELS) and layout.legend.y < 0  # one title per panel; the legend below the data
 
 
 def test_the_walk_covers_every_figure_built(mpl, plotly):

@@ -73,7 +73,7 @@ def empty_panels(panels: Sequence[str] = tuple(PANELS), present: set[str] | None
         row, col = divmod(i, cols)
         fig.update_xaxes(title_text=STEP_LABEL, row=row + 1, col=col + 1)
         fig.update_yaxes(title_text=ylabel, row=row + 1, col=col + 1)
-    fig.update_layout(**plotly_layout(height=380 * rows))
+    fig.update_layout(**plotly_layout(height=360 * rows + 200))  # + the legend below
     fig.update_annotations(font_size=13)  # the subplot titles
     return fig
 

@@ -72,8 +72,8 @@ def legend_outside(ax: Any, handles: list, *, title: str | None = None, below: b
 
 
 def plotly_layout(*, height: int, width: int | None = None) -> dict[str, Any]:
-    """The plotly layout every curve figure starts from: white, gridded, the legend outside at the right, hover
-    by step."""
+    """The plotly layout every curve figure starts from: white, gridded, the legend below the panels in columns
+    (beside them it would take the width a notebook's panels need), hover by point."""
     layout = dict(
         template="plotly_white",
         height=height,
@@ -81,7 +81,8 @@ def plotly_layout(*, height: int, width: int | None = None) -> dict[str, Any]:
         font=dict(size=12),
         hovermode="closest",
         hoverlabel=dict(align="left"),
-        legend=dict(x=1.02, xanchor="left", y=1.0, yanchor="top", font=dict(size=11), groupclick="togglegroup"),
+        legend=dict(orientation="h", x=0.0, xanchor="left", y=-0.1, yanchor="top", font=dict(size=11),
+                    groupclick="togglegroup"),
         uirevision="keep",  # zoom and hidden traces survive every update
     )
     if width is not None:

@@ -53,11 +53,12 @@ def create_run_dir(cfg: DictConfig) -> Path:
 
 
 def finished_runs(roots: Iterable[str | Path]) -> list[Path]:
-    """The finished runs under ``roots``: run directories (``runs/<run>/``) and sweep cells (``sweeps/<sweep>/<cell>/``)
-    with their config, metrics and ``policy/``, which a run writes last (also when stopped); sorted by path."""
+    """The finished runs under ``roots``: run directories (``runs/<run>/``) and sweep cells
+    (``sweeps/<sweep>/<setting>/seed-<n>/``, a demo's ``runs/demo/<setting>/seed-<n>/``) with their config, metrics
+    and ``policy/``, which a run writes last (also when stopped); sorted by path."""
     found = set()
     for root in map(Path, roots):
-        for config in (*root.glob("*/config.yaml"), *root.glob("*/*/config.yaml")):
+        for config in (path for depth in ("*", "*/*", "*/*/*") for path in root.glob(f"{depth}/config.yaml")):
             run = config.parent
             if (run / "metrics.jsonl").is_file() and (run / "policy").is_dir():
                 found.add(run)

@@ -75,9 +75,9 @@ class CurveView:
         self.runs = w.SelectMultiple(description="overlay runs", rows=4, layout=w.Layout(width="460px"),
                                      style={"description_width": "initial"})  # fmt: skip
         self.refresh_button = w.Button(description="Find runs", icon="refresh", tooltip="look for finished runs again")
-        self.restore_button = w.Button(description="Restore settings", icon="undo",
+        self.restore_button = w.Button(description="Restore settings", icon="undo", layout=w.Layout(width="auto"),
                                        tooltip="the picked run's settings (config.yaml) into this panel")  # fmt: skip
-        self.copy_button = w.Button(description="Copy as command", icon="terminal",
+        self.copy_button = w.Button(description="Copy as command", icon="terminal", layout=w.Layout(width="auto"),
                                     tooltip="the agl-lab train line for this panel's settings")  # fmt: skip
         self.command_box = w.Textarea(placeholder="Copy as command: the agl-lab line appears here",
                                       layout=w.Layout(width="98%", height="4.2em"))  # fmt: skip
