@@ -49,7 +49,11 @@ def test_one_runs_history_in_long_form_draws_every_standard_panel():
     assert n_rows_logged.get_alpha() == RAW_OPACITY and n_rows.get_linewidth() > n_rows_logged.get_linewidth()
     # one entry for the setting (its colour, its seeds), one per line style, then the smoothing
     assert [t.get_text() for t in rows.get_legend().get_texts()] == [
-        "run a (n=1)", "rows", "rollouts", "bold: debiased EMA, smoothing 0.6; faint: as logged"]
+        "run a (n=1)",
+        "rows",
+        "rollouts",
+        "bold: debiased EMA, smoothing 0.6; faint: as logged",
+    ]
 
 
 def test_success_per_rollout_and_score_per_row_share_a_panel():
@@ -134,7 +138,10 @@ def test_panels_keep_only_metrics_present_and_save_png_and_svg(tmp_path):
     single = plot_bands(table(), "training/reward")
     legend = single.axes[0].get_legend()
     assert [t.get_text() for t in legend.get_texts()] == [
-        "on (n=3)", "off (n=2)", "bold: debiased EMA, smoothing 0.6; faint: as logged"]
+        "on (n=3)",
+        "off (n=2)",
+        "bold: debiased EMA, smoothing 0.6; faint: as logged",
+    ]
     assert single.axes[0].get_ylabel() == "mean reward per rollout (reward)"
     # the band is always labelled, with n
     assert legend.get_title().get_text() == "mean ± 1 std over n = 2–3 seeds, cut at the metric's bounds"

@@ -56,8 +56,12 @@ def plotly_panels(
 ) -> go.Figure:
     """The standard panels of ``table`` as one static plotly figure (hover and zoom, no widget)."""
     fig = empty_panels(panels, set(table.metric))
-    fig.add_traces([go.Scatter(**trace) for trace in panel_traces(table, panels=panels, band=band,
-                                                                   smoothing=smoothing, overlay=overlay).values()])
+    fig.add_traces(
+        [
+            go.Scatter(**trace)
+            for trace in panel_traces(table, panels=panels, band=band, smoothing=smoothing, overlay=overlay).values()
+        ]
+    )
     fig.update_layout(title_text=title or smoothing_note(smoothing))
     return fig
 

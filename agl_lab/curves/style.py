@@ -81,8 +81,9 @@ def plotly_layout(*, height: int, width: int | None = None) -> dict[str, Any]:
         font=dict(size=12),
         hovermode="closest",
         hoverlabel=dict(align="left"),
-        legend=dict(orientation="h", x=0.0, xanchor="left", y=-0.1, yanchor="top", font=dict(size=11),
-                    groupclick="togglegroup"),
+        legend=dict(
+            orientation="h", x=0.0, xanchor="left", y=-0.1, yanchor="top", font=dict(size=11), groupclick="togglegroup"
+        ),
         uirevision="keep",  # zoom and hidden traces survive every update
     )
     if width is not None:

@@ -139,5 +139,3 @@ def generator_controls(knobs: SyntheticKnobs) -> dict[str, w.ValueWidget]:
             style=WIDE,
         )
     return controls
-
-
