@@ -10,7 +10,7 @@ metric catalogue, :mod:`agl_lab.curves.metrics`), and the legend sits beside the
 number of seeds, each line style once, the smoothing; a metric that is the same for several settings (the rollouts
 per step, say) is drawn once, in grey. Runs from elsewhere are overlaid as thin grey lines. Figures are made
 without pyplot and save as PNG and SVG; the notebooks' interactive curves draw the same panels with plotly
-(``agl_lab.ui.curve_figure``). Notebooks: 01 (rows vs rollouts), 03 (short runs), 04 (sweeps).
+(``agl_lab.ui.curve_view.CurveView``). Notebooks: 01 (rows vs rollouts), 03 (short runs), 04 (sweeps).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The standard panels of a training history: what each compares, its lines, its y axis and any reference line.
 
 One definition for the PNGs (:mod:`agl_lab.curves.figures`) and the notebooks' plotly curves
-(``agl_lab.ui.curve_figure``): success per rollout beside the score per row, rows against rollouts, the rows the
+(``agl_lab.ui.curve_view.CurveView``): success per rollout beside the score per row, rows against rollouts, the rows the
 update cap dropped, and the loss scale per PPO mini-batch. A line's legend name and unit come from the metric
 catalogue (:mod:`agl_lab.curves.metrics`); a reference value comes from the loss-mode catalogue
 (:data:`agl_lab.LOSS_MODES`), so a reader can check it there (``agl-lab check`` prints the catalogue's table).

@@ -6,7 +6,7 @@ TensorBoard's 0.6; the raw values are always drawn faint behind the smoothed one
 opacities, legends outside the data, and the text that says how a figure was smoothed. Axis names and units come
 from the metric catalogue (:mod:`agl_lab.curves.metrics`), panel titles from :mod:`agl_lab.curves.panels`.
 Figures: :mod:`agl_lab.curves.figures` (PNG/SVG), :mod:`agl_lab.curves.forest`, the notebooks' live curves
-(``agl_lab.ui.curve_figure``).
+(``agl_lab.ui.curve_view.CurveView``).
 """
 
 from __future__ import annotations
