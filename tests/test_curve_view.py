@@ -85,3 +85,10 @@ def test_copy_as_command_shows_the_line(runs):
     view.smoothing.value = 0.75
     view.copy_button.click()
     assert view.command_box.value == "agl-lab train lab.curve_smoothing=0.75"  # the view's own settings go along
+
+
+def test_the_loss_scale_reference_is_a_line_across_its_panel_from_the_mode_catalogue(runs):
+    shapes = CurveView().figure.layout.shapes  # no steps needed: a live update never has to move it
+    assert [(s.xref, s.yref, s.y0, s.y1, s.name) for s in shapes] == [
+        ("x4 domain", "y4", 1.0, 1.0, "token-mean: 1 (catalogue: Σ w = mini-batches per step)")
+    ]

@@ -77,6 +77,21 @@ def empty_panels(panels: Sequence[str] = tuple(PANELS), present: set[str] | None
         row, col = divmod(i, cols)
         fig.update_xaxes(title_text=STEP_LABEL, row=row + 1, col=col + 1)
         fig.update_yaxes(title_text=ylabel, row=row + 1, col=col + 1)
+        reference = panel_reference(panels[i])
+        if reference is not None:  # a shape across the panel: it needs no steps, so live updates never move it
+            x, y = _axes(i)
+            fig.add_shape(
+                type="line",
+                xref=f"{x} domain",
+                x0=0,
+                x1=1,
+                yref=y,
+                y0=reference[0],
+                y1=reference[0],
+                line=dict(color=SHARED_COLOUR, dash="dot", width=1.2),
+                name=reference[1],
+                showlegend=True,
+            )
     fig.update_layout(**plotly_layout(height=360 * rows + 200))  # + the legend below
     fig.update_annotations(font_size=13)  # the subplot titles
     return fig
@@ -110,12 +125,6 @@ def panel_traces(
             traces[f"overlay|{panel}"] = dict(**axes, mode="lines", legendgroup="overlay",
                                               **_overlay(overlay, lines, smoothing), hovertemplate=_OVERLAY_HOVER,
                                               line=dict(color=OVERLAY_COLOUR, width=LINE_WIDTH["overlay"]))  # fmt: skip
-        reference = panel_reference(panel)
-        if reference is not None and lines:
-            steps = table.step.dropna()
-            traces[f"reference|{panel}"] = dict(**axes, mode="lines", name=reference[1], hoverinfo="skip",
-                                                x=[int(steps.min()), int(steps.max())], y=[reference[0]] * 2,
-                                                line=dict(color=SHARED_COLOUR, dash="dot", width=1.2))  # fmt: skip
     _name_overlay(traces, overlay)
     return traces
 
