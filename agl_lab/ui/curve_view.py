@@ -144,8 +144,6 @@ class CurveView:
                 for trace, props in zip(self.figure.data, traces.values(), strict=True):
                     trace.update({k: props[k] for k in _MOVED if k in props})
             return
-        # Outside batch_update: traces added inside one reach a figure already shown without their constant
-        # arrays (seen in JupyterLab: the reference line's y arrived as null).
         self.figure.data = ()
         self.figure.add_traces([go.Scatter(**props) for props in traces.values()])
         with self.figure.batch_update():
