@@ -18,7 +18,6 @@ from agl_lab.curves.figures import draw_panel, plot_bands, plot_panels
 from agl_lab.curves.forest import plot_forest
 from agl_lab.curves.history import long_form
 from agl_lab.curves.panels import PANELS
-from agl_lab.curves.plotly_curves import plotly_panels
 from agl_lab.lab import batch_figures, weight_figures
 from agl_lab.ui.curve_view import CurveView
 from agl_lab.ui.weighting_panel import WeightingPanel
@@ -94,14 +93,13 @@ def plotly_figures():
     weighting = WeightingPanel()
     curves = CurveView(history_table())
     return {
-        "plotly panels": plotly_panels(history_table()),
         "curve view": curves.figure,
         "weight bars": weighting.bars.widget,
         "rollout scatter": weighting.scatter.widget,
     }
 
 
-@pytest.mark.parametrize("name", ["plotly panels", "curve view", "weight bars", "rollout scatter"])
+@pytest.mark.parametrize("name", ["curve view", "weight bars", "rollout scatter"])
 def test_every_plotly_subplot_has_a_title_and_named_axes(name, plotly):
     fig = plotly[name]
     layout = fig.layout
@@ -113,11 +111,11 @@ def test_every_plotly_subplot_has_a_title_and_named_axes(name, plotly):
         if axis.visible is False or axis.matches:
             continue
         assert axis.title.text and axis.title.text.strip(), f"{name}: {key} has no title"
-        if name in ("plotly panels", "curve view") and key.startswith("yaxis"):
+        if name == "curve view" and key.startswith("yaxis"):
             assert pd.Series([axis.title.text]).str.contains(UNIT).all(), f"{name}: no unit on {key}"
-    if name in ("plotly panels", "curve view"):
+    if name == "curve view":
         assert len(titles) >= len(PANELS) and layout.legend.y < 0  # one title per panel; the legend below the data
 
 
 def test_the_walk_covers_every_figure_built(mpl, plotly):
-    assert len(mpl) == len(PANELS) + 7 and len(plotly) == 4
+    assert len(mpl) == len(PANELS) + 7 and len(plotly) == 3

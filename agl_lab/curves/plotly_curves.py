@@ -9,7 +9,6 @@ any point shows its step, value (and the value as logged), run and seed.
 :func:`panel_traces` returns the traces as plain dicts under stable keys, so a live figure
 (:class:`agl_lab.ui.curve_view.CurveView`) moves its traces to new data in place when only values change (a smoothing
 step, a new training step) and rebuilds them only when what is drawn changes (another setting, overlaid runs).
-:func:`plotly_panels` makes a static ``plotly.graph_objects.Figure`` of them (notebook 03's single run and demo).
 """
 
 from __future__ import annotations
@@ -35,35 +34,13 @@ from agl_lab.curves.style import (
     STEP_LABEL,
     plotly_layout,
     setting_colours,
-    smoothing_note,
 )
 
-__all__ = ["empty_panels", "panel_traces", "panel_ylabels", "plotly_panels"]
+__all__ = ["empty_panels", "panel_traces", "panel_ylabels"]
 
 _DASHES = ("solid", "dash", "dot")
 _HOVER = ("<b>%{{fullData.name}}</b><br>step %{{x}}<br>{name}: %{{y:.4g}}{logged}<br>run: %{{customdata[0]}}"
           "<br>seed: %{{customdata[1]}}<extra></extra>")  # fmt: skip
-
-
-def plotly_panels(
-    table: pd.DataFrame,
-    *,
-    panels: Sequence[str] = tuple(PANELS),
-    band: Band = "std",
-    smoothing: float = DEFAULT_SMOOTHING,
-    overlay: pd.DataFrame | None = None,
-    title: str | None = None,
-) -> go.Figure:
-    """The standard panels of ``table`` as one static plotly figure (hover and zoom, no widget)."""
-    fig = empty_panels(panels, set(table.metric))
-    fig.add_traces(
-        [
-            go.Scatter(**trace)
-            for trace in panel_traces(table, panels=panels, band=band, smoothing=smoothing, overlay=overlay).values()
-        ]
-    )
-    fig.update_layout(title_text=title or smoothing_note(smoothing))
-    return fig
 
 
 def empty_panels(panels: Sequence[str] = tuple(PANELS), present: set[str] | None = None) -> go.Figure:
