@@ -45,6 +45,7 @@ def test_defaults_are_verl_ppo_trainer_plus_agent_lightning():
     assert OmegaConf.to_container(cfg.lab) == {
         "seed": 0,
         "per_rollout_divisor": "rows",
+        "cap_drop_unit": "row",
         "task": "lock",
         "task_size": 8,
         "max_turns": 4,
@@ -57,6 +58,8 @@ def test_defaults_are_verl_ppo_trainer_plus_agent_lightning():
         "actor": "lab",
         "wandb_mode": "auto",
         "cpu_threads": 1,
+        "curve_smoothing": 0.6,
+        "curve_overlay": [],
     }
     OmegaConf.to_container(cfg, resolve=True)  # resolvable
 

@@ -120,6 +120,14 @@ def test_step_metrics_hold_every_mode_and_the_runs_own_unprefixed():
     line = table.set_index("mode").loc["session_equal"]
     assert metrics["lab/diagnostics/ess_fraction"] == pytest.approx(line["ess_fraction"])
     assert metrics["lab/diagnostics/class_4/rollout_share"] == pytest.approx(2 / 48)  # the two 4-row rollouts
+    # a step where no rollout is solved and every advantage is 0: rows per solved rollout and the cosine are undefined
+    # there, and left out rather than logged as NaN
+    work.batch["token_level_scores"].zero_()
+    work.batch["advantages"].zero_()
+    failed = step_diagnostics(work, cfg)
+    assert "lab/diagnostics/mean_rows_solved" not in failed and "lab/diagnostics/adv_cosine" not in failed
+    assert failed["lab/diagnostics/mean_rows_failed"] == pytest.approx(81 / 48)
+    assert all(math.isfinite(value) for value in failed.values())
 
 
 def test_the_proposals_figure_draws_each_class_gap_and_ess():

@@ -29,6 +29,7 @@ normalization); :func:`step_diagnostics` on the rows a training step trains, as 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -121,7 +122,9 @@ def step_diagnostics(batch: DataProto, cfg: DictConfig) -> dict[str, float]:
         for line in view.influence(own).to_dict("records"):
             for key in INFLUENCE_COLUMNS[3:]:
                 metrics[f"{PREFIX}class_{line['rows_per_rollout']}/{key}"] = line[key]
-    return {key: float(value) for key, value in metrics.items()}
+    # A value undefined at this step (no solved rollout: no mean_rows_solved; every advantage 0: no cosine) is left
+    # out, a gap in the curve as W&B draws one, rather than a NaN every reader of the run would warn about.
+    return {key: float(value) for key, value in metrics.items() if math.isfinite(value)}
 
 
 def check_modes(modes: Sequence[str] | None) -> list[str]:

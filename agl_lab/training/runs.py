@@ -22,7 +22,7 @@ import datetime
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from omegaconf import DictConfig
 from agl_lab.config.secrets import redacted_yaml
 from agl_lab.curves.atomic_files import write_whole
 
-__all__ = ["STATUS_FILE", "RunFiles", "create_run_dir", "resolved_config_yaml"]
+__all__ = ["STATUS_FILE", "RunFiles", "create_run_dir", "finished_runs", "resolved_config_yaml"]
 
 STATUS_FILE = "status.json"
 
@@ -54,6 +54,19 @@ def create_run_dir(cfg: DictConfig) -> Path:
         except FileExistsError:  # two runs started in the same second (a sweep, the demo)
             n += 1
             path = base.with_name(f"{base.name}-{n}")
+
+
+def finished_runs(roots: Iterable[str | Path]) -> list[Path]:
+    """The finished runs under ``roots``: run directories (``runs/<run>/``) and sweep cells
+    (``sweeps/<sweep>/<setting>/seed-<n>/``, a demo's ``runs/demo/<setting>/seed-<n>/``) with their config, metrics
+    and ``policy/``, which a run writes last (also when stopped); sorted by path."""
+    found = set()
+    for root in map(Path, roots):
+        for config in (path for depth in ("*", "*/*", "*/*/*") for path in root.glob(f"{depth}/config.yaml")):
+            run = config.parent
+            if (run / "metrics.jsonl").is_file() and (run / "policy").is_dir():
+                found.add(run)
+    return sorted(found)
 
 
 def resolved_config_yaml(cfg: DictConfig) -> str:

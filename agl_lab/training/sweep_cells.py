@@ -61,7 +61,12 @@ class Cell:
     config_sha256: str = ""
 
 
-def config_sha256(cfg: DictConfig, *, leave_out: tuple[str, ...] = ("lab.run_dir",)) -> str:
+# Keys that change no result: where a run is written, how its curves are shown. A finished cell stays finished when
+# only these differ (and a sweep made before the curve keys existed keeps its cells).
+_NOT_RESULTS = ("lab.run_dir", "lab.curve_smoothing", "lab.curve_overlay")
+
+
+def config_sha256(cfg: DictConfig, *, leave_out: tuple[str, ...] = _NOT_RESULTS) -> str:
     """sha256 of the resolved config (secrets masked), without the keys in ``leave_out``."""
     container = redact(OmegaConf.to_container(cfg, resolve=True))
     for path in leave_out:
@@ -150,7 +155,7 @@ def _changes(cell: Cell, cfg: DictConfig) -> dict[str, str]:
         return {}
     new = redact(OmegaConf.to_container(cfg, resolve=True))
     before, after = dict(leaves(old if isinstance(old, dict) else {})), dict(leaves(new))
-    keys = [key for key in dict.fromkeys([*before, *after]) if key != "lab.run_dir"]
+    keys = [key for key in dict.fromkeys([*before, *after]) if key not in _NOT_RESULTS]
     return {
         key: f"{hydra_value(before.get(key))} -> {hydra_value(after.get(key))}"
         for key in keys

@@ -70,10 +70,13 @@ class WeightBars:
         fig.add_hline(y=1.0, line_dash="dash", line_width=1, row=1, col=1)
         self.ticks = list(self.modes)  # catalogue names: short enough to sit under each group, angled
         fig.update_xaxes(tickvals=list(range(len(self.modes))), ticktext=self.ticks, tickfont_size=10, tickangle=-30,
+                         title_text="loss mode (Σ: the batch's loss scale)", title_font_size=11,
                          row=1, col=1)  # fmt: skip
         fig.update_xaxes(title_text="rows per rollout", dtick=1, row=2, col=1)
         fig.update_xaxes(title_text="rows per rollout (as aggregated)", row=2, col=2)
         fig.update_yaxes(title_text="weight ÷ fair share", rangemode="tozero", row=1, col=1)
+        fig.update_yaxes(title_text="rollouts", row=2, col=1)
+        fig.update_yaxes(title_text="rows", row=2, col=2)
         legend = dict(title_text="rows per rollout (kept):", font_size=10, orientation="h", yanchor="bottom", y=1.05,
                       xanchor="left", x=0)  # fmt: skip
         fig.update_layout(barmode="group", width=940, height=680, margin=dict(l=110, r=10, t=70, b=40), bargap=0.15,
@@ -137,7 +140,8 @@ class RolloutScatter:
         fig.add_trace(go.Scattergl(name="column mean", mode="lines", line=dict(color="black", width=2),
                                    hoverinfo="skip"))  # fmt: skip
         fig.add_hline(y=0, line_color="#888", line_width=1)
-        fig.update_layout(width=560, height=430, margin=dict(l=60, r=10, t=30, b=40), hovermode="closest",
+        fig.update_layout(width=560, height=450, margin=dict(l=60, r=10, t=56, b=40), hovermode="closest",
+                          title=dict(text="each rollout's signed mass vs the rows it kept", font_size=13, y=0.98),
                           uirevision="keep", hoverlabel=dict(align="left"),
                           xaxis=dict(title_text="rows per rollout (kept)", dtick=1),
                           yaxis=dict(title_text="mass = Σ weight × advantage"),
