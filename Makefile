@@ -65,12 +65,12 @@ readme: $(BIN)/.installed
 
 # The browser tests drive Debian's Chromium (Playwright's own browser download does not work here). As root it is
 # installed with apt-get; otherwise with sudo (which may ask for your password); without either, make stops and says
-# what to run. Everything but the browser tests runs without it: .venv/bin/python -m pytest --ignore=tests/test_browser.py
+# what to run. Everything but the browser tests runs without it: .venv/bin/python -m pytest --ignore-glob=tests/test_browser*.py
 /usr/bin/chromium:
 	@if ! command -v apt-get >/dev/null; then \
 		echo "make test: the browser tests need Chromium at /usr/bin/chromium and there is no apt-get here; install" \
 			"it with your package manager (or link it there), or run the rest: $(BIN)/python -m pytest" \
-			"--ignore=tests/test_browser.py" >&2; exit 1; \
+			"--ignore-glob=tests/test_browser*.py" >&2; exit 1; \
 	elif [ "$$(id -u)" = 0 ]; then \
 		echo "installing Debian's chromium for the browser tests (apt-get, as root)"; \
 		apt-get update -qq && apt-get install -y -qq chromium; \
@@ -80,7 +80,7 @@ readme: $(BIN)/.installed
 	else \
 		echo "make test: the browser tests need Chromium at /usr/bin/chromium; you are not root and have no sudo." \
 			"Ask an administrator for 'apt-get install chromium', or run the rest: $(BIN)/python -m pytest" \
-			"--ignore=tests/test_browser.py" >&2; exit 1; \
+			"--ignore-glob=tests/test_browser*.py" >&2; exit 1; \
 	fi
 
 test: $(BIN)/.oracle /usr/bin/chromium
@@ -102,4 +102,4 @@ lab: $(BIN)/.installed
 
 # Re-run the browser tests and keep their screenshots in docs/screenshots/ (the README shows them).
 screenshots: $(BIN)/.oracle /usr/bin/chromium
-	AGL_LAB_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest tests/test_browser.py
+	AGL_LAB_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest tests/test_browser.py tests/test_browser_curves.py

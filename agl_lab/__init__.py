@@ -85,6 +85,7 @@ _LAZY = {
     "train": "agl_lab.training.trainer",
     "TrainResult": "agl_lab.training.trainer",
     "run_sweep": "agl_lab.training.sweep",
+    "weighting_diagnostics": "agl_lab.training.weighting_source",
 }
 
 

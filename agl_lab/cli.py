@@ -33,6 +33,7 @@ from agl_lab.cli_launch import add_launch_parser
 from agl_lab.cli_reproduce import add_reproduce_parser
 from agl_lab.cli_sweep import add_sweep_parser
 from agl_lab.cli_train import add_train_parser
+from agl_lab.cli_weighting import add_weighting_parser
 from agl_lab.config.secrets import secret_values
 from agl_lab.exit_codes import MaskingParser, report_errors
 
@@ -46,6 +47,7 @@ SUBCOMMANDS = (
     add_launch_parser,
     add_sweep_parser,
     add_reproduce_parser,
+    add_weighting_parser,
     add_lab_parser,
 )
 

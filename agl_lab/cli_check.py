@@ -58,9 +58,10 @@ def _check(dotlist: list[str], *, show_config: bool, base: str) -> int:
         print(redacted_yaml(cfg))
     print_base(base)
     print_settings(cfg)
-    print(f"  {'PPO mini-batch':<26} {'(ppo_mini_batch_size x rollout.n)':<48} {mini_batch_rows(cfg)} rows")
-
     findings = diagnose(cfg, trainer=BASES[base].trainer)
+    if not any(f.level == "error" for f in findings):  # the sizes it multiplies may be what the doctor refuses
+        print(f"  {'PPO mini-batch':<26} {'(ppo_mini_batch_size x rollout.n)':<48} {mini_batch_rows(cfg)} rows")
+
     print("\nDoctor:" + ("" if findings else " no findings"))
     ok = print_findings(findings)
     if base != SUBCOMMAND_BASES["launch"]:

@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from agl_lab.cli_help import SUBCOMMAND_BASES, print_base
+from agl_lab.exit_codes import stopped
 
 __all__ = ["add_demo_parser", "run_demo_command"]
 
@@ -48,7 +49,7 @@ def _demo(dotlist: list[str], *, out: str | None) -> int:
         print(f"  {path}")
     print(result.sweep_dir.resolve())
     if result.stopped:
-        return 143 if result.interrupted_by == "SIGTERM" else 130
+        return stopped(result.interrupted_by or "SIGINT")
     failed = result.cells[result.cells.status != "done"]
     for cell in failed.itertuples():
         print(f"agl-lab: {cell.setting} seed {cell.seed} {cell.status}: {cell.error}", file=sys.stderr)

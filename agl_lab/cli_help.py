@@ -26,6 +26,7 @@ SUBCOMMAND_BASES = {
     "demo": "short-run",
     "sweep": "short-run",
     "reproduce": "short-run",
+    "weighting": "short-run",
     "launch": "agl",
 }
 # What each exit status means (printed by --help): agl_lab.exit_codes holds the table.

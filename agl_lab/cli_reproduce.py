@@ -14,6 +14,7 @@ import argparse
 from pathlib import Path
 
 from agl_lab.cli_help import SUBCOMMAND_BASES, print_base
+from agl_lab.exit_codes import stopped
 
 __all__ = ["add_reproduce_parser", "run_reproduce_command"]
 
@@ -94,5 +95,5 @@ def run_reproduce_command(args: argparse.Namespace) -> int:
             print(f"  {path}")
     print(out.resolve())
     if sweep.stopped:
-        return 143 if sweep.interrupted_by == "SIGTERM" else 130
+        return stopped(sweep.interrupted_by or "SIGINT")
     return 1 if len(failed) else 0

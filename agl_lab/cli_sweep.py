@@ -20,7 +20,9 @@ import datetime
 from pathlib import Path
 
 from agl_lab.cli_help import SUBCOMMAND_BASES, print_base
+from agl_lab.config.secrets import redact_argv
 from agl_lab.curves.band_kinds import BAND_LABELS
+from agl_lab.exit_codes import stopped
 
 __all__ = ["DEFAULT_SEEDS", "add_sweep_parser", "run_sweep_command", "seed_list"]
 
@@ -40,8 +42,9 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
             "Trains every combination of the values given as key=a,b at every seed; key=value items apply to every "
             "run. Without a key=a,b item it sweeps the settings agl-lab demo trains side by side. Each run "
             "composes from base short-run, like agl-lab train. The same command with the same --out skips finished "
-            "runs and reruns failed or interrupted ones. Writes the demo's panels (bands across seeds), summary.csv, "
-            "summary.md, and effects.csv/effects.md (each setting minus --baseline, paired by seed) into the sweep "
+            "runs and reruns failed or interrupted ones (a changed config for finished runs is refused, exit 4). "
+            "Writes the demo's panels (bands across seeds), summary.csv, summary.md, cells.csv (the cells they cover) "
+            "and effects.csv/effects.md (each setting minus --baseline, paired by seed) into the sweep "
             "folder, prints the summary and the effects, and prints the folder last."
         ),
         epilog=f"example: {_EXAMPLE} --seeds 0 1 2",
@@ -80,14 +83,16 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
-    """Run ``agl-lab sweep``; 0 when every run finished, 1 when a run failed (the others are kept), 130 on Ctrl-C."""
+    """Run ``agl-lab sweep``; 0 when every run finished, 1 when a run failed (the others are kept), 130 on Ctrl-C and
+    143 on SIGTERM (after the summary of the cells that finished)."""
     from agl_lab.config.grid import sweep_grid
     from agl_lab.config.settings import DEMO_SETTINGS
     from agl_lab.curves.effects import default_baseline
     from agl_lab.curves.summary import number
     from agl_lab.curves.verdicts import effects_text
     from agl_lab.training.demo import demo_summary, save_results
-    from agl_lab.training.sweep import plan_sweep, run_sweep
+    from agl_lab.training.sweep import run_sweep
+    from agl_lab.training.sweep_plan import plan_sweep
 
     seeds = [seed for given in args.seeds for seed in given] if args.seeds else list(DEFAULT_SEEDS)
     settings, common = sweep_grid(args.dotlist)
@@ -98,14 +103,14 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--baseline {baseline!r} is not a setting of this sweep; choose one of {list(settings)}")
     out = Path(args.out) if args.out else Path("sweeps") / f"{datetime.datetime.now():%Y%m%d-%H%M%S}"
     print_base(SUBCOMMAND_BASES["sweep"])
-    plan_sweep(settings, seeds, sweep_dir=out, dotlist=common)  # every run's config checked before any runs
+    plan_sweep(settings, seeds, sweep_dir=out, dotlist=common)  # every setting checked before any cell runs
     listed = " ".join(map(str, seeds))
     print(f"Sweep: {len(settings)} settings x {len(seeds)} seeds ({listed}), {args.executor}, in {out}/")
     width = max(len(name) for name in settings)
     for name, items in settings.items():
         print(f"  {name:<{width}}  {' '.join(items) or '(the base as it is)'}")
     if common:
-        print(f"  every run: {' '.join(common)}")
+        print(f"  every run: {' '.join(redact_argv(common))}")
     result = run_sweep(
         settings, seeds, sweep_dir=out, dotlist=common, executor=args.executor, wandb_mode=args.wandb_mode
     )
@@ -122,7 +127,9 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         for path in result.figures.values():
             print(f"  {path}")
     print(out.resolve())
-    return 130 if result.stopped else (1 if len(failed) else 0)
+    if result.stopped:
+        return stopped(result.interrupted_by or "SIGINT")
+    return 1 if len(failed) else 0
 
 
 def seed_list(text: str) -> list[int]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from agl_lab.cli_help import SUBCOMMAND_BASES, print_base, print_settings_and_findings
-from agl_lab.exit_codes import TrainedNothingError
+from agl_lab.exit_codes import TrainedNothingError, stopped
 
 __all__ = ["add_train_parser", "run_train_command"]
 
@@ -53,7 +53,7 @@ def _train(dotlist: list[str], *, show_config: bool) -> int:
         print(f"W&B run: {result.wandb_run}")
     print(result.run_dir)
     if result.stopped:
-        return 143 if result.interrupted_by == "SIGTERM" else 130
+        return stopped(result.interrupted_by or "SIGINT")
     if not len(history) or not history.get("training/n_sample_trained", pd.Series([0])).gt(0).any():
         raise TrainedNothingError(
             f"every one of the {len(history)} steps was skipped: no rows were left for a PPO mini-batch after the "

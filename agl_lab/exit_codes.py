@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 
 from agl_lab.config.compose import ConfigError
-from agl_lab.config.secrets import mask_secrets
+from agl_lab.config.secrets import mask_secrets, masked_output
 from agl_lab.training.locks import DirectoryBusyError
+from agl_lab.training.process_state import exit_protected, signal_exit_code, stop_signals, stopped_by
 
-__all__ = ["EXIT_CODES", "TrainedNothingError", "exit_code", "help_epilog", "report_errors"]
+__all__ = ["EXIT_CODES", "TrainedNothingError", "exit_code", "help_epilog", "report_errors", "stopped"]
 
 EXIT_CODES = {
     0: "done",
@@ -26,7 +27,8 @@ EXIT_CODES = {
     "reproduction failed (the others are kept)",
     2: "a bad command line, config key or value, or several values outside `agl-lab sweep` (nothing was created)",
     3: "launch: exported, but Agent Lightning's trainer cannot run here",
-    4: "the run or sweep directory is taken: it holds a run, or another run or sweep is writing to it",
+    4: "the run or sweep directory is taken: it holds a run, another run or sweep is writing to it, or it holds a "
+    "sweep's finished cells of another config",
     5: "a file or folder could not be read or written (missing model path or file, read-only or full disk)",
     6: "the run trained nothing: every step was skipped (its files are kept)",
     70: "an unexpected error (a bug in agl_lab or below it); --debug shows the traceback",
@@ -41,12 +43,12 @@ class TrainedNothingError(RuntimeError):
 
 def exit_code(exc: BaseException) -> int:
     """The documented exit code for ``exc``."""
-    if _raised(exc, "agl_lab.training.process_state", "Terminated"):
-        return 143
-    if isinstance(exc, KeyboardInterrupt):
-        return 130
+    if isinstance(exc, KeyboardInterrupt):  # Ctrl-C or SIGTERM, by the first signal received
+        return signal_exit_code(stopped_by(exc))
     if isinstance(exc, TrainedNothingError):
         return 6
+    if _raised(exc, "agl_lab.config.doctor", "DoctorError"):
+        return 1
     if isinstance(exc, FileExistsError | DirectoryBusyError) or _raised(
         exc, "agl_lab.training.tracking", "ConcurrentRunError"
     ):
@@ -66,26 +68,38 @@ def help_epilog() -> str:
 
 @contextmanager
 def report_errors(*, debug: bool, secrets: Iterable[str], result: list[int]):
-    """Run the block; turn any exception into one masked line on stderr and its code in ``result``.
-
-    Warnings print as one line each (``agl-lab: warning: ...``), masked too.
+    """Run a command's block as a command runs: every line it prints with ``secrets`` masked, SIGINT and SIGTERM
+    stopping it once (:func:`agl_lab.training.process_state.stop_signals`; later signals cannot interrupt what is
+    being saved, nor the interpreter's exit hooks), and any exception turned into one masked line on stderr and its
+    code in ``result``. Warnings print as one line each (``agl-lab: warning: ...``), masked too.
     """
     secrets = list(secrets)
     shown = warnings.showwarning
     warnings.showwarning = _warning_printer(secrets)
     try:
-        yield
-    except SystemExit:
-        raise
-    except BaseException as exc:  # noqa: BLE001 — every failure reaches the user as one line and a code
-        code = exit_code(exc)
-        if debug:
-            print(mask_secrets(traceback.format_exc(), secrets), file=sys.stderr, end="")
-        for line in _lines(exc, code):
-            print(mask_secrets(f"agl-lab: {line}", secrets), file=sys.stderr)
-        result.append(code)
+        with masked_output(secrets), stop_signals():
+            try:
+                yield
+            except SystemExit:
+                raise
+            except BaseException as exc:  # noqa: BLE001 — every failure reaches the user as one line and a code
+                code = exit_code(exc)
+                if debug:
+                    print(traceback.format_exc(), file=sys.stderr, end="")
+                for line in _lines(exc, code):
+                    print(f"agl-lab: {line}", file=sys.stderr)
+                result.append(code)
     finally:
         warnings.showwarning = shown
+        exit_protected()
+
+
+def stopped(interrupted_by: str) -> int:
+    """Print the line a stopped command ends with and return its exit code (130 Ctrl-C, 143 SIGTERM), for commands
+    that stop by returning what finished rather than by raising."""
+    code = signal_exit_code(interrupted_by)
+    print(f"agl-lab: {_lines(KeyboardInterrupt(), code)[0]}", file=sys.stderr)
+    return code
 
 
 class MaskingParser(argparse.ArgumentParser):
@@ -113,8 +127,14 @@ def _lines(exc: BaseException, code: int) -> list[str]:
 
 
 def _warning_printer(secrets: list[str]) -> Callable[..., None]:
+    shown: set[str] = set()  # each text once per command: Python's once-per-place memory is reset whenever any
+    # code enters warnings.catch_warnings(), so a warning raised in a loop (a reproduction's checks) would repeat
+
     def show(message, category, filename, lineno, file=None, line=None):
         text = " ".join(str(message).split())
+        if text in shown:
+            return
+        shown.add(text)
         print(mask_secrets(f"agl-lab: warning: {text}", secrets), file=file or sys.stderr)
 
     return show

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -173,3 +174,41 @@ def only_if(condition: bool):
     the feature carry ``only_if(feature.available())``, its test of the refusal an older verl gives carries
     ``only_if(not feature.available())``, so the module collects and checks something on every verl."""
     return lambda test: test if condition else None
+
+
+# Real agl-lab processes for the fault suite (tests/test_faults_*.py): started as a user starts them, signalled as a
+# scheduler or a keyboard signals them.
+AGL_LAB = str(Path(sys.executable).parent / "agl-lab")
+
+
+def start_agl_lab(args, *, cwd, env=None):
+    import subprocess
+
+    env = {**os.environ, "WANDB_SILENT": "true", "HOME": str(cwd), **(env or {})}
+    return subprocess.Popen(
+        [AGL_LAB, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd
+    )
+
+
+def wait_until(check, proc, *, timeout=300, what="the condition"):
+    """Poll ``check()`` until it is true; fail with the process's stderr if it ends first or time runs out."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except (OSError, ValueError):  # a file not there yet, or being replaced
+            pass
+        if proc.poll() is not None:
+            raise AssertionError(
+                f"the process ended (exit {proc.returncode}) before {what}:\n{proc.stderr.read()[-3000:]}"
+            )
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(f"{what} did not happen within {timeout} s:\n{proc.communicate()[1][-3000:]}")
+
+
+def lines_in(path) -> int:
+    return len(Path(path).read_text().splitlines()) if Path(path).exists() else 0

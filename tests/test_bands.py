@@ -1,10 +1,10 @@
-"""Bands across seeds, by hand: mean ± std, the Student-t interval of the mean, each seed, trailing smoothing."""
+"""Bands across seeds, by hand: mean ± std, the Student-t interval of the mean, each seed, TensorBoard's smoothing."""
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from agl_lab.curves.bands import BAND_LABELS, bands  # noqa: E402
+from agl_lab.curves.bands import BAND_LABELS, bands, same_curve_groups, smoothed  # noqa: E402
 
 
 def table():
@@ -68,10 +68,45 @@ def test_the_ci95_band_is_the_t_interval_of_the_mean(n, quantile):
     assert (out["low"], out["high"]) == pytest.approx((values.mean() - half, values.mean() + half), rel=1e-4)
 
 
-def test_smoothing_is_a_trailing_mean_per_run():
-    out = bands(table(), ["training/n_sample"], smooth=2)
-    # n_sample 11, 12, 13, 14 -> trailing means 11, 11.5, 12.5, 13.5
-    assert out.sort_values("step")["mean"].tolist() == pytest.approx([11, 11.5, 12.5, 13.5])
+def tensorboard_smoothing(values, weight):
+    """TensorBoard's scalar smoothing, as its dashboard loops (the reference): a debiased exponential moving average."""
+    last, out = 0.0, []
+    for n, value in enumerate(values, start=1):
+        last = last * weight + (1 - weight) * value
+        out.append(last / (1 - weight**n))
+    return out
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.3, 0.6, 0.95])
+def test_smoothing_is_tensorboards_debiased_ema_per_run(weight):
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=30).cumsum()
+    runs = pd.DataFrame({"setting": "a", "seed": np.repeat([0, 1], 30), "run": np.repeat(["r0", "r1"], 30),
+                         "step": np.tile(np.arange(1, 31), 2), "metric": "m",
+                         "value": np.concatenate([values, -values])})  # fmt: skip
+    out = smoothed(runs.sample(frac=1.0, random_state=1), smoothing=weight)  # any row order
+    for run, sign in (("r0", 1), ("r1", -1)):
+        mine = out[out.run == run].sort_values("step").value.to_numpy()
+        assert mine == pytest.approx(tensorboard_smoothing(sign * values, weight), rel=1e-9, abs=1e-12)
+
+
+def test_smoothing_zero_keeps_the_values_and_the_band_uses_the_smoothed_runs():
+    assert smoothed(table(), ["training/n_sample"]).value.tolist() == [11, 12, 13, 14]
+    out = bands(table(), ["training/n_sample"], smoothing=0.5)
+    # n_sample 11, 12, 13, 14 (one run) -> 11, (12 + .5·11)/1.5, (13 + .5·12 + .25·11)/1.75, ...
+    assert out.sort_values("step")["mean"].tolist() == pytest.approx(tensorboard_smoothing([11, 12, 13, 14], 0.5))
+
+
+@pytest.mark.parametrize("weight", [-0.1, 1.0, 1.5])
+def test_smoothing_outside_zero_to_one_is_refused_with_the_range(weight):
+    with pytest.raises(ValueError, match=r"smoothing must be in \[0, 1\) \(0: raw values, 0.6: TensorBoard's default"):
+        smoothed(table(), smoothing=weight)
+
+
+def test_settings_with_identical_curves_are_grouped_in_the_given_order():
+    stats = pd.DataFrame({"setting": ["b", "a", "c"], "step": [1, 1, 1], "mean": [8.0, 8.0, 9.0],
+                          "low": [8.0, 8.0, 9.0], "high": [8.0, 8.0, 9.0]})  # fmt: skip
+    assert same_curve_groups(stats, ["a", "b", "c"]) == [["a", "b"], ["c"]]
 
 
 def test_bad_arguments():

@@ -17,6 +17,7 @@ from agl_lab.cli_sweep import seed_list
 from agl_lab.config.compose import BASES
 from agl_lab.config.modes import LOSS_MODES
 from agl_lab.config.verl_features import VERL_FEATURES
+from agl_lab.training.experiments import EXPERIMENTS
 from conftest import TINY_RUN, only_if
 
 AGL_LAB = str(Path(sys.executable).parent / "agl-lab")
@@ -33,7 +34,8 @@ def test_version_and_help_tell_the_bases_and_the_exit_statuses(capsys):
     help_text = in_process(capsys, "--help")
     for base in ("agl", "example", "short-run"):  # each base with the subcommands composing from it
         assert f"  {base:<10} {BASES[base].label}" in help_text
-    assert "[launch]" in help_text and "[check]" in help_text and "[train, demo, sweep, reproduce]" in help_text
+    assert "[launch]" in help_text and "[check]" in help_text
+    assert "[train, demo, sweep, reproduce, weighting]" in help_text
     assert "exit codes:" in help_text and "    3  launch: exported" in help_text and "  130  stopped" in help_text
     sweep_help = in_process(capsys, "sweep", "--help")
     assert "--seeds" in sweep_help and "ci95 = mean and 95% t-interval of the mean" in " ".join(sweep_help.split())
@@ -172,7 +174,7 @@ def test_demo_writes_figures_and_a_summary_table_and_prints_its_folder_last(tmp_
         (out / "effects.csv")
         .read_text()
         .startswith(
-            "setting,baseline,metric,n_pairs,mean_diff,sd_diff,ci_low,ci_high,p_value,seeds_needed\nboth_on,both_off,"
+            "setting,baseline,metric,n_pairs,mean_diff,sd_diff,ci_low,ci_high,p_value,seeds_needed,method\nboth_on,both_off,"
         )
     )
     summary = (out / "summary.csv").read_text().splitlines()
@@ -248,10 +250,11 @@ def test_a_typod_value_is_one_error_naming_the_nearest_and_nothing_runs(capsys, 
     # sweep: --seeds takes its seeds and leaves the item; every setting is checked before anything is created
     out_dir = tmp_path / "sweep"
     argv = ["sweep", "--seeds", "0", "1", f"{typo},vanilla", "--executor", "serial", "--out", str(out_dir)]
-    assert main(argv) == 2
+    assert main(argv) == 1  # the doctor's error, as for train
     out, err = capsys.readouterr()
     assert out == f"Base: short-run = {BASES['short-run'].label}\n"
-    assert len(err.splitlines()) == 1 and err.startswith(f"agl-lab: config error: {error}")
+    setting = "loss_mode-per_rollout_maen"
+    assert len(err.splitlines()) == 1 and err.startswith(f"agl-lab: config error: setting {setting!r}: {error}")
     assert not out_dir.exists()
 
 
@@ -331,7 +334,7 @@ def test_reproduce_lists_its_experiments_refuses_unknown_ones_and_runs_one(tmp_p
     assert listed.returncode == 0 and "row-split\n  claim: " in listed.stdout and "arXiv:2503.20783" in listed.stdout
     unknown = run("reproduce", "nope")
     assert unknown.returncode == 2
-    assert "unknown experiment 'nope'; choose one of ['row-split', 'length-bias', 'update-cap']" in unknown.stderr
+    assert f"unknown experiment 'nope'; choose one of {list(EXPERIMENTS)}" in unknown.stderr
     out = tmp_path / "cap"
     result = run(
         "reproduce", "update-cap", *TINY_RUN, "--pilot-seeds", "2", "--max-seeds", "2", "--executor", "serial",

@@ -45,6 +45,7 @@ def test_defaults_are_verl_ppo_trainer_plus_agent_lightning():
     assert OmegaConf.to_container(cfg.lab) == {
         "seed": 0,
         "per_rollout_divisor": "rows",
+        "cap_drop_unit": "row",
         "task": "lock",
         "task_size": 8,
         "max_turns": 4,
@@ -57,6 +58,8 @@ def test_defaults_are_verl_ppo_trainer_plus_agent_lightning():
         "actor": "lab",
         "wandb_mode": "auto",
         "cpu_threads": 1,
+        "curve_smoothing": 0.6,
+        "curve_overlay": [],
     }
     OmegaConf.to_container(cfg, resolve=True)  # resolvable
 
@@ -108,14 +111,22 @@ def test_floats_declared_by_verls_dataclasses_accept_any_number():
         compose_config(dotlist=["actor_rollout_ref.actor.ppo_mini_batch_size=2.5"])
 
 
-def test_open_sections_accept_new_keys_and_plus_adds_explicitly():
+def test_open_sections_accept_new_keys_and_plus_adds_what_verl_reads():
     cfg = compose_config(
         overrides={"agentlightning": {"local": {"env_map": {"OPENAI_BASE_URL": "http://x"}}}},
-        dotlist=["+trainer.my_note=hello", "~agentlightning.k8s.job_template_path"],
+        # gdpo_reward_keys: verl's AlgoConfig declares it, its YAML leaves it out (the doctor's own fix for gdpo)
+        dotlist=["+algorithm.gdpo_reward_keys=[format,answer]", "~agentlightning.k8s.job_template_path"],
     )
     assert cfg.agentlightning.local.env_map.OPENAI_BASE_URL == "http://x"
-    assert cfg.trainer.my_note == "hello"
+    assert list(cfg.algorithm.gdpo_reward_keys) == ["format", "answer"]
     assert "job_template_path" not in cfg.agentlightning.k8s
+    # a key nobody reads is refused, `+` or not, with the nearest key verl reads
+    with pytest.raises(ConfigError, match=re.escape("unknown key 'trainer.my_note'")):
+        compose_config(dotlist=["+trainer.my_note=hello"])
+    with pytest.raises(ConfigError, match=re.escape("did you mean 'algorithm.gdpo_reward_keys'?")):
+        compose_config(dotlist=["+algorithm.gdpo_reward_key=[a]"])
+    with pytest.raises(ConfigError, match=re.escape("algorithm.gdpo_reward_keys must be a list, e.g. [a,b], got 'a'")):
+        compose_config(dotlist=["+algorithm.gdpo_reward_keys=a"])
 
 
 @pytest.mark.parametrize(

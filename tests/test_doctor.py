@@ -48,6 +48,14 @@ def test_half_set_pair_is_a_warning_with_both_fixes(dotlist, key, text):
     assert "=per_rollout_mean" in warning.fix or "=true" in warning.fix
 
 
+def test_session_equal_weighs_rollouts_alike_so_it_pairs_with_rollout_level_advantage():
+    # verl PR #7580's 1/N gives each rollout one share, like per_rollout_mean; partition_preserving keeps k shares
+    cap = "agentlightning.max_ppo_update_times=2"
+    assert findings("actor_rollout_ref.actor.policy_loss.loss_mode=session_equal", cap) == []
+    (warning,) = only(findings("actor_rollout_ref.actor.policy_loss.loss_mode=partition_preserving", cap), "warning")
+    assert "rollout-level advantage is on but loss_mode is 'partition_preserving'" in warning.message
+
+
 def test_cispo_per_rollout_mean_counts_as_the_per_rollout_half_of_the_pair():
     # Agent Lightning 1.0.2 normalizes advantages by rollout for cispo_per_rollout_mean too
     cispo = "actor_rollout_ref.actor.policy_loss.loss_mode=cispo_per_rollout_mean"
@@ -89,7 +97,7 @@ def test_both_off_is_plain_verl_and_fine():
         (
             ["agentlightning.max_ppo_update_times=0"],
             "agentlightning.max_ppo_update_times",
-            "must be null or an integer >= 1, got 0",
+            "must be null or a positive integer, got 0",
         ),
         (
             ["actor_rollout_ref.actor.ppo_mini_batch_size=4"],

@@ -47,7 +47,8 @@ def test_paired_differences_match_scipys_ttest_rel_and_statsmodels_power(seed, n
     rng = np.random.default_rng(seed)
     table = random_table(rng, seeds=range(n_seeds), steps=steps)
     effects = compare_settings(table, baseline="base", metric="m", window=window)
-    assert list(effects.columns) == EFFECT_COLUMNS and effects.setting.tolist() == ["a", "b"]
+    assert list(effects.columns) == [*EFFECT_COLUMNS, "method"] and effects.setting.tolist() == ["a", "b"]
+    assert set(effects["method"]) == {"paired_t"}
     for row in effects.itertuples():
         # the reference, by hand: per run the window mean of its steps, then scipy on the pairs by seed
         per_run = {
@@ -168,7 +169,7 @@ def test_any_logged_metric_and_the_fixed_public_name():
             r"metric 'lab/x' is not in the table; choose one of \['m', 'other'\]",
         ),
         ({"baseline": "base", "window": "last_10pct"}, r"window must be one of \['first_20pct', 'last_20pct', 'all'"),
-        ({"baseline": "base", "method": "bayes"}, r"method must be one of \['paired_t'\], got 'bayes'"),
+        ({"baseline": "base", "method": "bayes"}, r"method must be one of \['paired_t', 'rliable'\], got 'bayes'"),
     ],
 )
 def test_bad_input_names_the_choices(kwargs, message):
@@ -201,4 +202,5 @@ def test_the_default_baseline_is_the_demos_when_swept_else_the_first_and_methods
     assert default_baseline(["cap-1", "cap-2"]) == "cap-1"
     with pytest.raises(ValueError, match="no settings"):
         default_baseline([])
-    assert list(METHODS) == ["paired_t"] and "ttest_rel" in METHODS["paired_t"].label
+    assert list(METHODS) == ["paired_t", "rliable"] and "ttest_rel" in METHODS["paired_t"].label
+    assert "stratified-bootstrap" in METHODS["rliable"].label

@@ -6,12 +6,13 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 
 import agl_lab.training.trainer
 from agl_lab.cli import main
-from agl_lab.exit_codes import EXIT_CODES
+from agl_lab.exit_codes import EXIT_CODES, report_errors
 from conftest import TINY_RUN
 
 TINY = (*TINY_RUN, "trainer.logger=[]")
@@ -194,10 +195,23 @@ def test_the_readme_lists_the_same_exit_codes():
 
 
 def test_a_demo_whose_runs_failed_exits_1_naming_each(capsys, here):
-    code, _, err = cli(capsys, "demo", "--out", str(here / "demo"), *TINY, "algorithm.adv_estimator=remax")
+    (here / "not-a-model").mkdir()  # a folder, so every check passes; loading a model from it fails in each run
+    code, _, err = cli(capsys, "demo", "--out", str(here / "demo"), *TINY, f"lab.model_path={here / 'not-a-model'}")
     assert code == 1
     assert [line.split(":")[1].strip() for line in err if line.startswith("agl-lab:")] == [
         "both_on seed 0 failed",
         "both_off seed 0 failed",
         "both_on_cap2 seed 0 failed",
     ]
+
+
+def test_a_warning_repeated_in_a_loop_prints_once_with_its_secret_masked(capsys):
+    result: list[int] = []
+    with report_errors(debug=False, secrets=["sk-secret-1"], result=result):
+        for _ in range(3):
+            with warnings.catch_warnings():  # what resets Python's once-per-place memory of warnings
+                warnings.simplefilter("ignore", RuntimeWarning)
+                warnings.warn("too few runs for sk-secret-1", UserWarning, stacklevel=1)
+        warnings.warn("another", UserWarning, stacklevel=1)
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["agl-lab: warning: too few runs for ***", "agl-lab: warning: another"] and result == []

@@ -19,7 +19,9 @@ def test_a_panel_per_metric_a_line_per_setting_and_honest_labels():
     assert effects.attrs["unpaired_seeds"] == {"one_seed, m": [1, 2], "one_seed, other": [1, 2]}
     fig = plot_forest(effects)
     axes = fig.get_axes()
-    assert [ax.get_xlabel() for ax in axes] == ["difference in m", "difference in other"]
+    # the metric's name and unit from the catalogue (these two are unknown to it: "as logged")
+    assert [ax.get_xlabel() for ax in axes] == ["difference in m (as logged)", "difference in other (as logged)"]
+    assert [ax.get_ylabel() for ax in axes] == ["setting − baseline"] * 2
     assert [t.get_text() for t in axes[0].get_yticklabels()] == ["both_on − both_off", "one_seed − both_off"]
     notes = [t.get_text() for t in axes[0].texts]
     assert notes[0].startswith("n=3, p=") and notes[1] == "n=1: need ≥ 2 seeds per setting"

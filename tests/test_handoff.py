@@ -29,16 +29,17 @@ def shared(cfg):
 
 @pytest.fixture
 def experiment():
-    return compose_config(overrides=EXPERIMENT, dotlist=["+trainer.notes=hello"])
+    # a key verl reads that its YAML leaves out: added with Hydra's +, exported with it
+    return compose_config(overrides=EXPERIMENT, dotlist=["+algorithm.gdpo_reward_keys=[format,answer]"])
 
 
 def test_overrides_hold_only_changed_keys_without_lab_or_secrets(experiment):
     nested = overrides(experiment)
     assert nested == {
-        "algorithm": {"adv_estimator": "grpo"},  # use_kl_in_reward=False is the default: not exported
+        "algorithm": {"adv_estimator": "grpo", "gdpo_reward_keys": ["format", "answer"]},  # use_kl_in_reward: default
         "data": {"train_batch_size": 16, "max_prompt_length": 4096},
         "actor_rollout_ref": {"rollout": {"n": 4}, "actor": {"ppo_mini_batch_size": 4}},  # lr 1e-6 is the default
-        "trainer": {"experiment_name": "cap 2 run's", "notes": "hello"},  # logger [console, wandb] is the default
+        "trainer": {"experiment_name": "cap 2 run's"},  # logger [console, wandb] is the default
         "agentlightning": {"max_ppo_update_times": 2, "local": {"env_map": {"X": "1"}}},
     }
 
@@ -57,7 +58,7 @@ def test_overrides_composed_over_the_defaults_reproduce_the_experiment(experimen
 
 def test_dotlist_round_trips_through_hydra_and_omegaconf(experiment, tmp_path):
     export = export_experiment(experiment, tmp_path)
-    assert "+trainer.notes=hello" in export.dotlist
+    assert "+algorithm.gdpo_reward_keys=[format,answer]" in export.dotlist
     assert "trainer.experiment_name='cap 2 run\\'s'" in export.dotlist
     assert (tmp_path / "dotlist.txt").read_text().splitlines() == export.dotlist
     via_hydra = compose_config(dotlist=export.dotlist)

@@ -85,3 +85,14 @@ def test_a_loss_verl_lacks_weighs_as_nothing_known():
 def test_the_readmes_mode_table_is_the_catalogues():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert mode_table() in readme, "README's mode table differs: paste agl_lab.config.modes.mode_table()"
+
+
+def test_the_proposals_name_their_source_and_say_they_are_not_released():
+    for name in ("session_equal", "partition_preserving"):
+        entry = LOSS_MODES[name]
+        assert entry.family == "verl PR #7580 (proposed, not released)" and "proposed" in entry.label
+        assert entry.source == "https://github.com/verl-project/verl/pull/7580"
+        assert mode_settings(name) == {"actor_rollout_ref.actor.policy_loss.loss_mode": name}
+    # uni-agent #185's session mean is the lab's rollout_mean: named there, no copy
+    assert LOSS_MODES["rollout_mean"].source == "https://github.com/verl-project/uni-agent/issues/185"
+    assert "uni-agent #185" in LOSS_MODES["rollout_mean"].label

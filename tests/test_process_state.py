@@ -15,7 +15,7 @@ import torch
 
 from agl_lab import short_run_config, train
 from agl_lab.curves.wandb_offline import find_offline_runs, read_offline_run
-from agl_lab.training.process_state import Terminated, sigterm_as_interrupt, torch_threads
+from agl_lab.training.process_state import Terminated, stop_requested, stop_signals, torch_threads
 from conftest import TINY_RUN
 
 AGL_LAB = str(Path(sys.executable).parent / "agl-lab")
@@ -52,7 +52,7 @@ def test_a_signal_ends_a_run_like_ctrl_c_keeping_every_step_the_policy_and_the_w
     assert (run_dir / "policy" / "model.safetensors").exists()
     (run_file,) = find_offline_runs(run_dir / "wandb")
     wandb_run = read_offline_run(run_file)
-    assert wandb_run.complete and wandb_run.exit_code == 1  # the exit record: readers take the run as finished
+    assert wandb_run.complete and wandb_run.exit_code == code  # the exit record, with the signal's exit status
     assert [row["_step"] for row in wandb_run.history] == steps  # every finished step readable
 
 
@@ -149,10 +149,16 @@ def test_torch_threads_are_set_by_the_first_run_and_given_back_by_the_last():
         torch.set_num_threads(before)
 
 
-def test_sigterm_raises_terminated_in_the_block_only():
-    previous = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(Terminated), sigterm_as_interrupt():
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5)
-    assert signal.getsignal(signal.SIGTERM) is previous
+def test_sigterm_raises_terminated_in_the_block_only_and_later_signals_are_ignored():
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    with pytest.raises(Terminated), stop_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        finally:  # stopping: every later signal, of either kind, is counted and ignored
+            assert stop_requested() == "SIGTERM"
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGINT):
+                os.kill(os.getpid(), sig)
+                time.sleep(0.05)
+    assert {sig: signal.getsignal(sig) for sig in previous} == previous
     assert issubclass(Terminated, KeyboardInterrupt)  # every `except KeyboardInterrupt` handles it like Ctrl-C

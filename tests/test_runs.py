@@ -34,7 +34,13 @@ def test_two_runs_racing_into_one_directory_one_wins_the_other_touches_nothing(t
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3]
     assert [json.loads(line)["step"] for line in (run_dir / "timings.jsonl").read_text().splitlines()] == [1, 2, 3]
-    assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml", "metrics.jsonl", "policy", "timings.jsonl"]
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "config.yaml",
+        "metrics.jsonl",
+        "policy",
+        "status.json",
+        "timings.jsonl",
+    ]
 
 
 def test_the_claim_is_the_exclusive_creation_of_config_yaml(tmp_path):

@@ -40,7 +40,7 @@ def test_a_disk_that_fills_mid_run_keeps_every_finished_step_the_policy_and_the_
         train(tiny(tmp_path, "trainer.total_training_steps=4"), progress=False)
     run_dir = tmp_path / "run"
     assert (run_dir / "policy" / "model.safetensors").exists() and finished == [1]
-    with pytest.warns(DamagedFileWarning, match=r"its last line \(3\) is torn"):
+    with pytest.warns(DamagedFileWarning, match=r"left out 1 torn line: its last line \(3\) is cut short"):
         table = read_run_dir(run_dir)
     assert sorted(set(table.step)) == [1, 2]  # both finished steps readable
 

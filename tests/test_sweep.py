@@ -10,7 +10,9 @@ import pytest
 from agl_lab import ConfigError
 from agl_lab.curves.history import read_wandb_offline
 from agl_lab.training.ray_start import start_ray
-from agl_lab.training.sweep import plan_sweep, run_sweep, shared_ray
+from agl_lab.training.sweep import run_sweep, shared_ray
+from agl_lab.training.sweep_cells import CellRerunWarning, SweepChangedError
+from agl_lab.training.sweep_plan import plan_sweep
 from conftest import TINY_RUN, start_gated
 
 SETTINGS = {
@@ -22,9 +24,9 @@ SETTINGS = {
 }
 
 
-def sweep(tmp_path, name, **kwargs):
+def sweep(tmp_path, name, settings=SETTINGS, **kwargs):
     kwargs.setdefault("executor", "serial")
-    return run_sweep(SETTINGS, [0, 1], sweep_dir=tmp_path / name, dotlist=TINY_RUN, progress=False, **kwargs)
+    return run_sweep(settings, [0, 1], sweep_dir=tmp_path / name, dotlist=TINY_RUN, progress=False, **kwargs)
 
 
 def canonical(table: pd.DataFrame) -> pd.DataFrame:
@@ -97,18 +99,20 @@ def test_a_killed_cell_is_rerun_and_finished_cells_are_skipped(tmp_path):
     (killed / "metrics.jsonl").write_text((killed / "metrics.jsonl").read_text().splitlines()[0] + "\n")
     untouched = tmp_path / "resume" / "both_off" / "seed-0" / "metrics.jsonl"
     before = untouched.stat().st_mtime_ns
-    again = sweep(tmp_path, "resume")
+    with pytest.warns(CellRerunWarning, match="both_on seed 1 was running after 1 step"):
+        again = sweep(tmp_path, "resume")
     assert untouched.stat().st_mtime_ns == before  # finished cells are not run again
     assert again.cells["status"].tolist() == ["done"] * 4
     pd.testing.assert_frame_equal(canonical(again.table), canonical(first.table))
 
 
 def test_a_failing_cell_never_loses_the_others(tmp_path):
-    settings = {**SETTINGS, "remax": ["algorithm.adv_estimator=remax"]}
+    (tmp_path / "not-a-model").mkdir()  # every check passes (it is a folder); loading a model from it fails mid-sweep
+    settings = {**SETTINGS, "broken": [f"lab.model_path={tmp_path / 'not-a-model'}"]}
     result = run_sweep(settings, [0], sweep_dir=tmp_path / "s", dotlist=TINY_RUN, executor="serial", progress=False)
     cells = result.cells.set_index("setting")
-    assert cells.loc["remax", "status"] == "failed"
-    assert "REMAX baseline not yet supported in AgentLightningRayPPOTrainer" in cells.loc["remax", "error"]
+    assert cells.loc["broken", "status"] == "failed"
+    assert "Couldn't instantiate the backend tokenizer" in cells.loc["broken", "error"]  # the empty folder's
     assert cells.loc["both_on", "status"] == cells.loc["both_off", "status"] == "done"
     assert set(result.table.setting) == {"both_on", "both_off"}
 
@@ -136,28 +140,38 @@ def test_bad_sweeps_fail_before_anything_runs(tmp_path, settings, seeds, error, 
         run_sweep({"a": []}, [0], sweep_dir=tmp_path / "s", executor="dask")
 
 
-def test_a_cell_is_done_only_for_the_exact_config_it_ran(tmp_path):
+def test_a_changed_config_never_replaces_finished_cells_and_new_cells_extend_the_sweep(tmp_path):
     first = sweep(tmp_path, "s")
     on = tmp_path / "s" / "both_on" / "seed-0" / "metrics.jsonl"
     record = json.loads((on.parent / "cell.json").read_text())
     assert len(record["config_sha256"]) == 64
-    # more steps: every cell reran with the new config, none was reused under the new label
-    longer = run_sweep(
-        SETTINGS, [0, 1], sweep_dir=tmp_path / "s", dotlist=[*TINY_RUN, "trainer.total_training_steps=3"],
-        executor="serial", progress=False,
-    )  # fmt: skip
-    assert set(longer.table.step) == {1, 2, 3} and set(first.table.step) == {1, 2}
-    assert json.loads((on.parent / "cell.json").read_text())["config_sha256"] != record["config_sha256"]
-    # a setting redefined: only its cells rerun
-    before = on.stat().st_mtime_ns
+    before = {path: path.stat().st_mtime_ns for path in (tmp_path / "s").rglob("*") if path.is_file()}
+    # one shared item changed: every finished cell would be retrained, so the sweep is refused, naming the change
+    with pytest.raises(SweepChangedError) as refused:
+        run_sweep(
+            SETTINGS, [0, 1], sweep_dir=tmp_path / "s", dotlist=[*TINY_RUN, "trainer.total_training_steps=3"],
+            executor="serial", progress=False,
+        )  # fmt: skip
+    assert "holds 4 finished cell(s) trained with another config" in str(refused.value)
+    assert "trainer.total_training_steps: 2 -> 3" in str(refused.value)
+    assert "give this sweep another folder" in str(refused.value) and f"delete {tmp_path / 's'}" in str(refused.value)
+    after = {path: path.stat().st_mtime_ns for path in (tmp_path / "s").rglob("*") if path.is_file()}
+    assert {p: t for p, t in after.items() if p.name != ".agl_lab.lock"} == {
+        p: t for p, t in before.items() if p.name != ".agl_lab.lock"
+    }  # nothing deleted, nothing rewritten
+    # a setting redefined is refused the same way, naming its key
     redefined = {**SETTINGS, "both_off": [*SETTINGS["both_off"], "agentlightning.max_ppo_update_times=1"]}
-    again = run_sweep(
-        redefined, [0, 1], sweep_dir=tmp_path / "s", dotlist=[*TINY_RUN, "trainer.total_training_steps=3"],
-        executor="serial", progress=False,
+    with pytest.raises(SweepChangedError, match=re.escape("agentlightning.max_ppo_update_times: null -> 1")):
+        sweep(tmp_path, "s", settings=redefined)
+    # new seeds and new settings with the same shared items extend the sweep; the finished cells are kept
+    extended = run_sweep(
+        {**SETTINGS, "cap1": ["agentlightning.max_ppo_update_times=1"]}, [0, 1, 2], sweep_dir=tmp_path / "s",
+        dotlist=TINY_RUN, executor="serial", progress=False,
     )  # fmt: skip
-    assert on.stat().st_mtime_ns == before
-    trained = again.table[(again.table.metric == "training/n_sample_trained") & (again.table.setting == "both_off")]
-    assert trained["value"].max() <= 4  # the cap of 1 mini-batch (4 rows) is what both_off ran with now
+    assert on.stat().st_mtime_ns == before[on]
+    assert len(extended.cells) == 9 and set(extended.cells.status) == {"done"}
+    old = extended.table[extended.table.seed.isin([0, 1]) & extended.table.setting.isin(list(SETTINGS))]
+    pd.testing.assert_frame_equal(canonical(old), canonical(first.table))
 
 
 def test_two_sweeps_racing_on_one_directory_never_mix(tmp_path):
@@ -189,11 +203,9 @@ print(result.cells.status.tolist(), len(result.table), twice)
     ("settings", "seeds", "text"),
     [
         ({"a": []}, [0, 1, 0], "seeds [0] appear more than once"),
-        ({"a": []}, [0, True], "seeds must be integers"),
         ({"a": []}, [-1], "seeds must be integers in [0, 2**32-1]"),
         ({"a": [], "b": ["algorithm.gamma=1.0"]}, [0], "settings 'a' and 'b' resolve to the same config"),
         ({"on": [], "ON": ["lab.max_turns=3"]}, [0], "settings 'on' and 'ON' differ only in case"),
-        ({"a": "lab.seed=1"}, [0], "setting 'a' must be a list of key=value items"),
     ],
 )
 def test_duplicates_are_refused_before_anything_runs(tmp_path, settings, seeds, text):
@@ -217,7 +229,8 @@ def test_a_damaged_cell_never_loses_the_table_of_the_others(tmp_path):
     damaged = cells[cells.status == "damaged"].error.tolist()
     assert "metrics.jsonl is not a text JSON-lines file" in damaged[0] and "cell.json is not valid JSON" in damaged[1]
     assert set(zip(table.setting, table.seed, strict=True)) == {("both_on", 0), ("both_off", 1)}
-    again = sweep(tmp_path, "s")  # the damaged cells rerun; the table is whole again
+    with pytest.warns(CellRerunWarning, match="was damaged after"):
+        again = sweep(tmp_path, "s")  # the damaged cells rerun; the table is whole again
     assert again.cells["status"].tolist() == ["done"] * 4
     pd.testing.assert_frame_equal(canonical(again.table), canonical(whole.table))
 

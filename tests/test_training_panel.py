@@ -1,4 +1,4 @@
-"""TrainingPanel: short runs in a background thread, Stop, live figures, the run directory."""
+"""TrainingPanel: short runs in a background thread, Stop, live curves, the run directory, restore and command."""
 
 import pytest
 
@@ -6,6 +6,7 @@ from agl_lab import short_run_config
 from agl_lab.config.doctor import diagnose
 from agl_lab.config.settings import DEMO_SETTINGS
 from agl_lab.config.task_rows import fitting_limits, row_limit_problem
+from agl_lab.curves.style import PALETTE
 from agl_lab.ui.training_panel import TrainingPanel, demo_setting_name
 from conftest import TINY_RUN
 
@@ -13,7 +14,7 @@ from conftest import TINY_RUN
 @pytest.fixture
 def training_panel(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # each run gets a fresh runs/<time>-... folder here
-    return TrainingPanel(short_run_config(dotlist=[*TINY_RUN, "trainer.logger=[]"]), dpi=30, redraw_s=0.0)
+    return TrainingPanel(short_run_config(dotlist=[*TINY_RUN, "trainer.logger=[]"]), redraw_s=0.0)
 
 
 def test_training_panel_runs_in_a_thread_and_shows_figures_and_the_run_directory(training_panel):
@@ -23,14 +24,13 @@ def test_training_panel_runs_in_a_thread_and_shows_figures_and_the_run_directory
     result = panel.wait(timeout=120)
     assert not panel.running and panel.error is None
     assert not result.stopped and len(result.history) == 2 and len(panel.history) == 2
-    assert all(len(figure.image.value) > 1000 for figure in panel.figures.values())
     shown = result.run_dir.relative_to(result.run_dir.parents[1])  # runs/<time>-short_run-s0, as the reader knows it
     assert "Run finished" in panel.status.value and f"<code>{shown}</code>" in panel.links.value
     assert shown.parts[0] == "runs" and (result.run_dir / "metrics.jsonl").exists()
-    # Agent Lightning's defaults are the demo's both_on: the live figures use its name and colour (C0)
-    legend = panel.figures["success"].ax.get_legend()
-    assert [t.get_text() for t in legend.get_texts()][0] == "both_on (n=1)" and legend.get_title().get_text() == ""
-    assert panel.figures["success"].ax.lines[0].get_color() == "C0"
+    # Agent Lightning's defaults are the demo's both_on: the live curves use its name and colour
+    success = [t for t in panel.curves.figure.data if t.name == "both_on (n=1)" and t.xaxis == "x" and t.showlegend]
+    assert len(success) == 1 and success[0].line.color == PALETTE[0]
+    assert list(success[0].x) == [1.0, 2.0] and len(success[0].y) == 2  # both steps drawn
     assert not panel.run_button.disabled and panel.stop_button.disabled
 
 
@@ -63,7 +63,7 @@ def test_more_turns_raise_the_row_limits_so_no_row_is_cut(training_panel):
         cfg = panel.config()
         preset = short_run_config(dotlist=[f"agentlightning.trace_aggregator.level={level}", "lab.max_turns=9"])
         raised = fitting_limits(preset)
-        assert raised and set(raised.items()) <= set(panel.settings().items())  # shown in the run's dotlist
+        assert raised and raised.items() <= panel.settings().items()  # shown in the run's dotlist
         assert row_limit_problem(cfg) is None and [f for f in diagnose(cfg) if f.key == "lab.max_turns"] == []
     panel.controls["steps"].value, panel.controls["rewrite_prob"].value = 1, 0.5
     panel.start()
@@ -96,3 +96,21 @@ def test_a_run_is_named_after_the_demo_setting_it_matches():
         assert demo_setting_name(short_run_config(dotlist=list(items))) == name
     assert demo_setting_name(short_run_config()) == "both_on"  # Agent Lightning's defaults
     assert demo_setting_name(short_run_config(dotlist=["agentlightning.max_ppo_update_times=3"])) == "this run"
+
+
+def test_the_curves_settings_are_saved_with_the_run_and_restore_the_panel(training_panel):
+    panel = training_panel
+    panel.controls["seed"].value, panel.controls["max_turns"].value = 5, 3
+    panel.curves.smoothing.value = 0.8
+    assert "lab.curve_smoothing=0.8" in panel.curves.copy_command().split()
+    panel.start()
+    run_dir = panel.wait(timeout=120).run_dir
+    saved = (run_dir / "config.yaml").read_text()
+    assert "curve_smoothing: 0.8" in saved and "curve_overlay: []" in saved
+    fresh = TrainingPanel(short_run_config(dotlist=[*TINY_RUN, "trainer.logger=[]"]), redraw_s=0.0)
+    assert fresh.curves.runs.options == (str(run_dir.relative_to(run_dir.parents[1])),)  # the picker found it
+    fresh.curves.runs.value = fresh.curves.runs.options
+    fresh.curves.restore_button.click()
+    assert (fresh.controls["seed"].value, fresh.controls["max_turns"].value) == (5, 3)
+    assert fresh.curves.smoothing.value == 0.8 and "restored the settings" in fresh.curves.note.value
+    assert fresh.curves.copy_command() == panel.curves.copy_command()  # the same run, the same command

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agl_lab import EmptyBatchWarning, apply_update_cap, drop_marked_rows
-from agl_lab.core.update_cap import same_reward_rows
+from agl_lab.core.update_cap import partially_dropped, same_reward_rows
 from conftest import make_rows, plans
 
 
@@ -154,3 +154,80 @@ def test_drop_properties(plan, mini_batch_size, cap, seed):
     else:
         assert set(dropped) <= same
     assert n_same == len(set(dropped) & same)
+
+
+# --- lab.cap_drop_unit=rollout: whole rollouts only (lab-only) ------------------------------------------------------
+
+
+def test_rollout_unit_drops_whole_rollouts_same_reward_groups_first():
+    # 7 rows, mini-batches of 3: keep 6, drop 1 row. q0's single-row rollouts b and c (rows 2, 3) are same-reward
+    # and fit; a (rows 0, 1) is same-reward too but needs 2 drops. The row unit might take row 0 or 1 of a.
+    batch, metrics = apply_update_cap(tagged(PLAN), mini_batch_size=3, seed=0, drop_unit="rollout")
+    kept = batch.non_tensor_batch["row"].tolist()
+    assert len(kept) == 6 and set(range(7)) - set(kept) <= {2, 3}
+    assert metrics["training/n_sample_dropped/same_reward"] == 1 and metrics["training/n_sample_dropped/random"] == 0
+
+
+def test_rollout_unit_keeps_one_mini_batch_fewer_when_no_rollout_fits():
+    # one rollout of 4 rows and one of 3 (7 rows), mini-batches of 3: no whole rollout is 1 row, so one mini-batch
+    # fewer: 3 kept, i.e. the 4-row rollout dropped, whichever of the two the seeded order puts first
+    plan = [("q0", "a", 1.0, [1, 1, 1, 1]), ("q1", "b", 0.0, [1, 1, 1])]
+    batch, metrics = apply_update_cap(tagged(plan), mini_batch_size=3, seed=0, drop_unit="rollout")
+    assert batch.non_tensor_batch["row"].tolist() == [4, 5, 6]  # all of b; a (same-reward q0) dropped whole
+    assert metrics == {
+        "training/n_sample_dropped/same_reward": 4,
+        "training/n_sample_dropped/random": 0,
+        "training/n_sample_trained": 3,
+    }
+
+
+def test_rollout_unit_is_seeded_and_bad_units_or_missing_ids_are_named():
+    rows = tagged(PLAN)
+    first = apply_update_cap(rows, mini_batch_size=2, max_ppo_update_times=1, seed=5, drop_unit="rollout")[0]
+    again = apply_update_cap(rows, mini_batch_size=2, max_ppo_update_times=1, seed=5, drop_unit="rollout")[0]
+    assert first.non_tensor_batch["row"].tolist() == again.non_tensor_batch["row"].tolist()
+    with pytest.raises(ValueError, match=r"lab.cap_drop_unit must be one of \['row', 'rollout'\], got 'token'"):
+        apply_update_cap(rows, mini_batch_size=2, drop_unit="token")
+    del rows.non_tensor_batch["rollout_id_list"]
+    with pytest.raises(ValueError, match=r"lab.cap_drop_unit=rollout needs non_tensor_batch\['rollout_id_list'\]"):
+        apply_update_cap(rows, mini_batch_size=2, drop_unit="rollout")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    plan=plans(max_prompts=5, max_rollouts=4, max_rows=3),
+    mini_batch_size=st.integers(1, 8),
+    cap=st.one_of(st.none(), st.integers(1, 4)),
+    seed=st.integers(0, 2**16),
+)
+def test_rollout_unit_properties(plan, mini_batch_size, cap, seed):
+    rows = tagged(plan)
+    n = len(rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EmptyBatchWarning)
+        batch, metrics = apply_update_cap(
+            rows, mini_batch_size=mini_batch_size, max_ppo_update_times=cap, seed=seed, drop_unit="rollout"
+        )
+    kept = batch.non_tensor_batch["row"].tolist()
+    assert len(kept) % mini_batch_size == 0 and (cap is None or len(kept) <= cap * mini_batch_size)
+    assert len(kept) <= n // mini_batch_size * mini_batch_size
+    n_same, n_random = metrics["training/n_sample_dropped/same_reward"], metrics["training/n_sample_dropped/random"]
+    assert len(kept) + n_same + n_random == n
+    assert partially_dropped(rows, batch) == {"lab/partially_dropped_rollouts": 0}  # never a part of a rollout
+    ids = rows.non_tensor_batch["rollout_id_list"]
+    whole = {r for r in set(ids) if all(i in kept for i in np.flatnonzero(ids == r))}
+    assert set(batch.non_tensor_batch["rollout_id_list"]) == whole
+    same = set(same_reward_rows(rows).tolist())
+    assert n_same == len(same - set(kept))  # same-reward rows dropped are counted as such, the others as random
+    # alignment alone (no cap) drops fewer than a mini-batch of rows: with that many single-row rollouts whole ones
+    # always add up to it, so as many rows are kept as with the row unit
+    if cap is None and (np.bincount(np.unique(ids, return_inverse=True)[1]) == 1).sum() >= mini_batch_size:
+        assert len(kept) == n // mini_batch_size * mini_batch_size
+
+
+def test_partially_dropped_counts_rollouts_trained_in_part():
+    rows = tagged(PLAN)
+    kept = rows[torch.tensor([1, 2, 3, 4, 5])]  # a loses row 0, e loses its only row (whole), d is whole
+    assert partially_dropped(rows, kept) == {"lab/partially_dropped_rollouts": 1}
+    del rows.non_tensor_batch["rollout_id_list"]
+    assert partially_dropped(rows, kept) == {}

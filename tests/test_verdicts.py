@@ -54,7 +54,7 @@ def test_the_effects_files_and_the_cli_text(tmp_path):
         effects = compare_settings(table, baseline="both_off", metric="m")
     paths = save_effects(effects, tmp_path / "out")
     assert sorted(paths) == ["effects.csv", "effects.md"]
-    assert pd.read_csv(paths["effects.csv"]).columns.tolist() == EFFECT_COLUMNS
+    assert pd.read_csv(paths["effects.csv"]).columns.tolist() == [*EFFECT_COLUMNS, "method"]
     text = paths["effects.md"].read_text()
     assert text.startswith("# Effects vs both_off\n") and "scipy.stats.ttest_rel" in text
     assert "| setting | baseline | metric | n_pairs |" in text

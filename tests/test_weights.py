@@ -93,6 +93,20 @@ def test_hand_worked_weights_of_every_new_mode():
     np.testing.assert_allclose(per_rollout, [1 / 4] * 4)  # each rollout 1/R: a = 1/8 + 2/16, c = 2/16 + 4/32, ...
 
 
+def test_hand_worked_weights_of_verl_pr_7580s_proposals():
+    lay = eight_rows(dp=1, micro=2)  # G = 4; rollouts a (rows 0, 2: T = 3), b (1: 3), c (3, 4: 6), d (5-7: 4)
+    n = np.array(TOKENS, dtype=float)
+    # session_equal: 1/(k·n·G), k = 2, 1, 2, 3: each rollout's mass 1/G = 1/4 (here R = G, so rollout_mean's too)
+    expected = [1 / 8, 1 / 12, 1 / 16, 1 / 16, 1 / 32, 1 / 12, 1 / 12, 1 / 24]
+    np.testing.assert_allclose(weights.session_equal(lay), expected, rtol=1e-7)
+    np.testing.assert_allclose(np.bincount(ROLLOUT, weights=weights.session_equal(lay) * n), [1 / 4] * 4, rtol=1e-7)
+    # partition_preserving: k/(T·G): a 2/12, b 1/12, c 2/24, d 3/16: each rollout's mass k/G, as unweighted rows
+    expected = [1 / 6, 1 / 12, 1 / 6, 1 / 12, 1 / 12, 3 / 16, 3 / 16, 3 / 16]
+    np.testing.assert_allclose(weights.partition_preserving(lay), expected, rtol=1e-7)
+    per_rollout = np.bincount(ROLLOUT, weights=weights.partition_preserving(lay) * n)
+    np.testing.assert_allclose(per_rollout, np.bincount(ROLLOUT) / 4, rtol=1e-7)
+
+
 def test_hand_worked_weights_on_two_ranks():
     lay = eight_rows(dp=2, micro=None)  # micro-batch = a rank's mini-batch of 2 rows
     n = np.array(TOKENS, dtype=float)

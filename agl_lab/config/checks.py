@@ -2,8 +2,9 @@
 needs. Each returns :class:`Finding` lines with their fix; :mod:`agl_lab.config.doctor` runs them all.
 
 These are the values that passed composition (right key, right type) yet would crash a run at step 1 or train
-nothing: ``top_p=0`` (every token filtered out), a micro-batch of 0, ``lr=nan``, ``ppo_epochs=0``, GAE with the
-critic switched off. :func:`lab_estimator_problem` says which estimators the lab's own batch pipeline cannot run
+nothing: a null or zero size, ``top_p=0`` (every token filtered out), ``lr=-1``, ``lr=nan``, ``ppo_epochs=0`` — each
+range from the one table :data:`agl_lab.config.constraints.CONSTRAINTS` — and GAE with the critic switched off.
+:func:`lab_estimator_problem` says which estimators the lab's own batch pipeline cannot run
 (they need a critic's values or extra actor outputs that only Agent Lightning's real trainer computes).
 """
 
@@ -16,7 +17,9 @@ from typing import Any, Literal
 
 from omegaconf import DictConfig
 
-from agl_lab.config.lab_config import LabConfig, lab_field_rule
+from agl_lab.config.compose import shared_base
+from agl_lab.config.constraints import constraint_problems
+from agl_lab.config.key_types import default_value
 from agl_lab.config.settings import ESTIMATOR, MINI_BATCH, ROLLOUT_LEVEL
 from agl_lab.config.tree import leaves
 
@@ -24,19 +27,10 @@ __all__ = ["Finding", "lab_estimator_problem", "value_findings"]
 
 Getter = Callable[[str], Any]
 
-_LAB_RULES = {name: lab_field_rule(name) for name in LabConfig.__dataclass_fields__}
 _ACTOR = "actor_rollout_ref.actor"
-_ROLLOUT = "actor_rollout_ref.rollout"
 # Keys that must be finite numbers, by their last name or a section they sit in ("optim." = every optimizer value).
 _FINITE_NAMES = ("gamma", "lam", "temperature", "top_p", "entropy_coeff", "kl_loss_coef", "kl_coef", "clip_ratio")
 _FINITE_NAMES += ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "reward_fillna_value")
-_MICRO_BATCHES = (
-    f"{_ACTOR}.ppo_micro_batch_size_per_gpu",
-    f"{_ACTOR}.ppo_micro_batch_size",
-    f"{_ROLLOUT}.log_prob_micro_batch_size_per_gpu",
-    f"{_ROLLOUT}.log_prob_micro_batch_size",
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
-)
 # Estimators whose inputs the lab's batch pipeline does not produce, and what they need.
 _LAB_CANNOT_RUN = {
     "gae": "a critic's values (batch['values']); the lab trains no critic",
@@ -58,14 +52,16 @@ class Finding:
 
 
 def value_findings(cfg: DictConfig, get: Getter) -> list[Finding]:
-    """Every finding about single values of ``cfg`` (``get``: a dotted key -> its value, None when absent)."""
-    return [
-        *_finite(cfg),
-        *_lab_ranges(get),
-        *_sampling(get),
-        *_batch_sizes(get),
-        *_estimator_inputs(get),
+    """Every finding about single values of ``cfg`` (``get``: a dotted key -> its value, None when absent): NaN/inf
+    anywhere, every range of :data:`agl_lab.config.constraints.CONSTRAINTS`, and what the estimator needs."""
+    findings = _finite(cfg)
+    reported = {finding.key for finding in findings}  # a NaN is reported once, as not finite
+    findings += [
+        Finding("error", key, message, fix)
+        for key, message, fix in constraint_problems(cfg, default=lambda key: default_value(shared_base(), key))
+        if key not in reported
     ]
+    return [*findings, *_mini_batch(get), *_estimator_inputs(get)]
 
 
 def lab_estimator_problem(cfg: DictConfig) -> str | None:
@@ -90,61 +86,10 @@ def _finite(cfg: DictConfig) -> list[Finding]:
     return findings
 
 
-def _lab_ranges(get: Getter) -> list[Finding]:
-    findings = []
-    for name, rule in _LAB_RULES.items():
-        low, high, value = rule.get("low"), rule.get("high"), get(f"lab.{name}")
-        if low is None or not isinstance(value, int | float) or isinstance(value, bool) or low <= value <= high:
-            continue
-        findings.append(
-            Finding("error", f"lab.{name}", f"must be in [{low}, {high}], got {value!r}", f"set lab.{name} in range")
-        )
-    return findings
-
-
-def _sampling(get: Getter) -> list[Finding]:
-    findings = []
-    top_p, top_k = get(f"{_ROLLOUT}.top_p"), get(f"{_ROLLOUT}.top_k")
-    if _number(top_p) and not 0 < top_p <= 1:
-        findings.append(
-            Finding(
-                "error",
-                f"{_ROLLOUT}.top_p",
-                f"must be in (0, 1], got {top_p}: nucleus sampling keeps the tokens that cover top_p of the "
-                "probability, so 0 keeps none",
-                f"set {_ROLLOUT}.top_p=1 (off) or e.g. 0.9",
-            )
-        )
-    if _number(top_k) and top_k < -1:
-        findings.append(
-            Finding("error", f"{_ROLLOUT}.top_k", f"must be -1 (off) or >= 0, got {top_k}", f"set {_ROLLOUT}.top_k=-1")
-        )
-    temperature = get(f"{_ROLLOUT}.temperature")
-    if _number(temperature) and temperature < 0:
-        findings.append(
-            Finding(
-                "error", f"{_ROLLOUT}.temperature", f"must be >= 0, got {temperature}", f"set {_ROLLOUT}.temperature=1"
-            )
-        )
-    return findings
-
-
-def _batch_sizes(get: Getter) -> list[Finding]:
-    findings = []
-    sizes = {key: get(key) for key in ("data.train_batch_size", MINI_BATCH, f"{_ROLLOUT}.n", f"{_ACTOR}.ppo_epochs")}
-    for key, value in sizes.items():
-        if isinstance(value, int) and value < 1:
-            why = ": the actor would make no update, so nothing trains" if key.endswith("ppo_epochs") else ""
-            findings.append(Finding("error", key, f"must be a positive integer, got {value}{why}", f"set {key} >= 1"))
-    for key in _MICRO_BATCHES:
-        value = get(key)
-        if isinstance(value, int) and value < 1:
-            findings.append(
-                Finding("error", key, f"must be null or a positive integer, got {value}", f"set {key} >= 1 (or null)")
-            )
-    batch, mini = sizes["data.train_batch_size"], sizes[MINI_BATCH]
+def _mini_batch(get: Getter) -> list[Finding]:
+    batch, mini = get("data.train_batch_size"), get(MINI_BATCH)
     if isinstance(batch, int) and isinstance(mini, int) and mini > batch >= 1:
-        findings.append(
+        return [
             Finding(
                 "error",
                 MINI_BATCH,
@@ -152,8 +97,8 @@ def _batch_sizes(get: Getter) -> list[Finding]:
                 f"{mini} x rollout.n rows but a step may collect only {batch} x rollout.n, so steps are skipped",
                 f"set {MINI_BATCH} <= {batch}",
             )
-        )
-    return findings
+        ]
+    return []
 
 
 def _estimator_inputs(get: Getter) -> list[Finding]:
@@ -182,7 +127,3 @@ def _estimator_inputs(get: Getter) -> list[Finding]:
             )
         ]
     return []
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)

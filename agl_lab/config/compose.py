@@ -30,7 +30,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from agl_lab.config.key_types import default_value, expected_value, type_problem
+from agl_lab.config.arguments import mapping, plain, string_list
+from agl_lab.config.key_types import declared_fields, default_value, expected_value, type_problem
 from agl_lab.config.secrets import redact_argv
 from agl_lab.config.tree import leaves, paths
 
@@ -99,6 +100,7 @@ def compose_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence
     Raises :class:`ConfigError` listing every unknown key (with the nearest valid one), every value of the
     wrong type and every unparsable dotlist item; nothing is returned half-applied.
     """
+    overrides, dotlist = _arguments(overrides, dotlist)
     base = shared_base()
     cfg = copy.deepcopy(base)
     edits = list(_flatten(overrides or {})) + _parse_dotlist(dotlist)
@@ -107,7 +109,7 @@ def compose_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence
         if mode == "error":
             problems.append(value)
             continue
-        if mode == "change":
+        if mode in ("change", "add"):  # `+key=value` too: only keys verl or Agent Lightning read (key_problem)
             problem = key_problem(path, base) or type_problem(path, value, base)
             if problem:
                 problems.append(problem)
@@ -132,6 +134,7 @@ def compose_from(base: str, overrides: Mapping[str, Any] | None = None, dotlist:
     """``compose_config`` starting from the named base (a key of :data:`BASES`): its overrides, then yours."""
     if base not in BASES:
         raise ConfigError(f"unknown base {base!r}: choose one of {', '.join(BASES)}")
+    overrides, dotlist = _arguments(overrides, dotlist)
     merged = {**dict(leaves(BASES[base].overrides())), **dict(leaves(overrides or {}))}
     return compose_config(overrides=merged, dotlist=dotlist)
 
@@ -154,21 +157,33 @@ def key_problem(path: str, base: DictConfig) -> str | None:
     """Why ``path`` is not a key of ``base`` (with the nearest valid key), or None if it is one.
 
     Sections that are empty dicts or null in ``base`` (``agentlightning.local.env_map``, hooks, ...) are open:
-    anything below them is accepted.
+    anything below them is accepted. So is a field that verl's config dataclass for the section declares but its YAML
+    leaves out (``algorithm.gdpo_reward_keys``): verl reads it, so ``+algorithm.gdpo_reward_keys=[a,b]`` adds it.
     """
     parts = path.split(".")
     node: Any = base
     for depth, part in enumerate(parts):
         if not isinstance(node, DictConfig) or len(node) == 0:
             return None
-        child = node._get_node(part)  # not ``part in node``: that is False for keys whose value is ??? (MISSING)
+        # not ``part in node``: that is False for keys whose value is ??? (MISSING); no access check: lab: is struct
+        child = node._get_node(part, validate_access=False)
         if child is None:
+            if depth == len(parts) - 1 and part in declared_fields(node):
+                return None
             prefix = ".".join(parts[:depth])
             return f"unknown key {path!r}{_nearest(path, prefix, node)}"
         node = child
         if node is not None and node._is_none():
             return None
     return None
+
+
+def _arguments(overrides: Any, dotlist: Any) -> tuple[Mapping[str, Any] | None, list[str]]:
+    """The two ways in as Python values (numpy's taken as Python's); a TypeError naming the parameter otherwise."""
+    overrides = mapping(overrides, name="overrides", what="a mapping of config keys to values", optional=True)
+    if isinstance(dotlist, str):  # one item given alone
+        dotlist = [dotlist]
+    return overrides, string_list(dotlist, name="dotlist", what="Hydra overrides like 'key.path=value'")
 
 
 def _coerce(path: str, value: Any, base: DictConfig) -> Any:
@@ -220,12 +235,10 @@ def _flatten(overrides: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[s
         else:
             if isinstance(value, DictConfig | ListConfig):
                 value = OmegaConf.to_container(value)
-            yield path, value, "change"
+            yield path, plain(value), "change"  # np.int64(3) from a notebook is 3
 
 
 def _parse_dotlist(dotlist: Sequence[str]) -> list[tuple[str, Any, str]]:
-    if isinstance(dotlist, str):
-        dotlist = [dotlist]
     parser = OverridesParser.create()
     edits: list[tuple[str, Any, str]] = []
     for item in dotlist:
@@ -251,7 +264,8 @@ def _parse_dotlist(dotlist: Sequence[str]) -> list[tuple[str, Any, str]]:
 def _nearest(path: str, prefix: str, node: DictConfig) -> str:
     """' (did you mean ...?)' for a misspelt key: a path below the deepest valid prefix, else a key with that name."""
     relative = path[len(prefix) + 1 :] if prefix else path
-    match = difflib.get_close_matches(relative, paths(node), n=1, cutoff=0.6)
+    candidates = [*paths(node), *sorted(declared_fields(node))]  # what the YAML holds, and what verl also reads
+    match = difflib.get_close_matches(relative, candidates, n=1, cutoff=0.6)
     if match:
         return f" (did you mean {(f'{prefix}.' if prefix else '') + match[0]!r}?)"
     last = path.rsplit(".", 1)[-1]

@@ -43,9 +43,11 @@ from agl_lab.config.tree import INTERPOLATION, leaves
 from agl_lab.config.verl_features import feature_for, verl_notes, verl_problems
 from agl_lab.core.aggregation import TRACE_LEVELS
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, PER_ROLLOUT_MEAN_LOSS_MODE
+from agl_lab.core.row_weights import SESSION_EQUAL
 
 __all__ = [
     "TRAINERS",
+    "DoctorError",
     "Finding",
     "bad_keys_and_values",
     "diagnose",
@@ -76,6 +78,8 @@ def diagnose(cfg: DictConfig, *, trainer: str = "lab", composed: bool = False) -
     """
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {TRAINERS}, got {trainer!r}")
+    if not OmegaConf.is_config(cfg):
+        raise TypeError(f"cfg must be a composed config (agl_lab.compose_config(...)), got {type(cfg).__name__}")
     findings = _enums(_getter(cfg)) if composed else bad_keys_and_values(cfg)
     if findings:
         return findings  # the checks below would reason about keys and values that do not exist
@@ -127,11 +131,15 @@ def findings_frame(findings: list[Finding]) -> pd.DataFrame:
     return pd.DataFrame([vars(f) for f in findings], columns=["level", "key", "message", "fix"])
 
 
+class DoctorError(ConfigError):
+    """The doctor found an error in a composed config: nothing ran (``agl-lab`` exits 1)."""
+
+
 def raise_for_errors(findings: list[Finding]) -> None:
-    """Raise :class:`ConfigError` with every error finding, one per line."""
-    errors = [f"{f.key}: {f.message} -> fix: {f.fix}" for f in findings if f.level == "error"]
+    """Raise :class:`DoctorError` with every error finding, one per line."""
+    errors = [str(f) for f in findings if f.level == "error"]
     if errors:
-        raise ConfigError("config has problems:\n" + "\n".join(f"  - {e}" for e in errors))
+        raise DoctorError("config has problems:\n" + "\n".join(f"  - {e}" for e in errors))
 
 
 def _structure(cfg: DictConfig) -> list[Finding]:
@@ -186,7 +194,8 @@ def _enums(get) -> list[Finding]:
 
 def _pair(get) -> list[Finding]:
     rollout_level = bool(get(PAIR_ADV))
-    per_rollout = get(LOSS_MODE) in PER_ROLLOUT_LOSS_MODES  # per_rollout_mean or cispo_per_rollout_mean
+    # per_rollout_mean, cispo_per_rollout_mean, or verl PR #7580's session_equal: each weighs every rollout alike
+    per_rollout = get(LOSS_MODE) in (*PER_ROLLOUT_LOSS_MODES, SESSION_EQUAL)
     if rollout_level and not per_rollout:
         return [
             Finding(
@@ -242,33 +251,13 @@ def _algorithm(get) -> list[Finding]:
                 "set algorithm.use_kl_in_reward=false and, for a KL term, actor_rollout_ref.actor.use_kl_loss=true",
             )
         )
-    clip_ratio_c = get("actor_rollout_ref.actor.clip_ratio_c")
-    if clip_ratio_c is not None and not clip_ratio_c > 1.0:
-        findings.append(
-            Finding(
-                "error",
-                "actor_rollout_ref.actor.clip_ratio_c",
-                f"clip_ratio_c must be greater than 1.0, got {clip_ratio_c}",
-                "set actor_rollout_ref.actor.clip_ratio_c above 1 (default 3.0)",
-            )
-        )
-    cap = get(CAP)
-    if cap is None:
+    if get(CAP) is None:
         findings.append(
             Finding(
                 "note",
                 CAP,
                 "no update cap: a step whose rollouts split into many rows makes that many more PPO updates",
                 f"{CAP}=2 is what the Agent Lightning docs recommend for stability",
-            )
-        )
-    elif isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
-        findings.append(
-            Finding(
-                "error",
-                CAP,
-                f"must be null or an integer >= 1, got {cap!r}: a cap below 1 drops every row, so no step trains",
-                f"set {CAP}=null (no cap) or 2 (recommended)",
             )
         )
     return findings

@@ -20,6 +20,7 @@ from hydra.errors import HydraException
 
 from agl_lab.config.compose import ConfigError
 from agl_lab.config.dotlist import hydra_value
+from agl_lab.config.secrets import is_secret_key, redact_argv
 
 __all__ = ["sweep_grid"]
 
@@ -41,7 +42,9 @@ def sweep_grid(dotlist: Sequence[str]) -> tuple[dict[str, tuple[str, ...]], list
         try:
             (override,) = parser.parse_overrides([item])
         except HydraException as exc:
-            problems.append(f"{item}: {str(exc).splitlines()[0]}: write key.path=value or key.path=a,b")
+            shown = redact_argv([item])[0]  # a secret's value is never echoed
+            reason = str(exc).splitlines()[0].replace(item, shown)
+            problems.append(f"{shown}: {reason}: write key.path=value or key.path=a,b")
             continue
         if not override.is_sweep_override():
             common.append(item)
@@ -50,6 +53,12 @@ def sweep_grid(dotlist: Sequence[str]) -> tuple[dict[str, tuple[str, ...]], list
             values = [_plain(value) for value in override.sweep_iterator()]
         except HydraException:
             problems.append(f"{item}: a continuous range cannot be swept; list the values (key=a,b,c or range(1,4))")
+            continue
+        if is_secret_key(override.key_or_group):  # setting names (folders, lines printed) would carry the values
+            problems.append(
+                f"{override.key_or_group}: a secret cannot take several values (the settings would differ only in a "
+                "value never shown, and be named after it); give it once, for every run"
+            )
             continue
         key = override.get_key_element()  # with Hydra's + or ++ prefix when the item has one
         short = override.key_or_group.rsplit(".", 1)[-1]

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from agl_lab.config.secrets import MASK, is_secret_key
 
-__all__ = ["NULL_DEFAULT_TYPES", "default_value", "expected_value", "type_problem"]
+__all__ = ["NULL_DEFAULT_TYPES", "declared_fields", "default_value", "expected_value", "type_problem"]
 
 # Keys whose default is null in a section without a config dataclass, and the type Agent Lightning / verl read them as.
 NULL_DEFAULT_TYPES: dict[str, type] = {
@@ -103,6 +103,12 @@ def type_problem(path: str, value: Any, base: DictConfig) -> str | None:
         return None
     shown = MASK if is_secret_key(path) else repr(value)
     return f"{path} must be {name}, got {shown} ({type(value).__name__})"
+
+
+def declared_fields(section: DictConfig) -> set[str]:
+    """The fields verl's config dataclass for ``section`` (its ``_target_``) declares; empty without one."""
+    target = section.get("_target_") if isinstance(section, DictConfig) else None
+    return {name for name in _field_types(str(target)) if not name.startswith("_")} if target else set()
 
 
 def _prototype(allowed: tuple[type, ...]) -> Any:

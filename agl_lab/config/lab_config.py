@@ -11,13 +11,16 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from agl_lab.core.loss import DIVISORS
+from agl_lab.core.update_cap import DROP_UNITS
 
-__all__ = ["ACTORS", "TASKS", "LabConfig", "lab_field_rule"]
+__all__ = ["ACTORS", "CURVE_SMOOTHING", "TASKS", "LabConfig", "lab_field_rule"]
 
 # The agent tasks a short run can train on (agl_lab.training.tasks implements each).
 TASKS = ("lock",)
 # The actor backends of a short run: agl_lab's own update loop, or verl's actor engine (agl_lab.training.*_actor).
 ACTORS = ("lab", "verl")
+# The curves' default smoothing (lab.curve_smoothing): TensorBoard's default weight.
+CURVE_SMOOTHING = 0.6
 
 
 def _field(default: Any, *, choices: tuple = (), low: float | None = None, high: float | None = None) -> Any:
@@ -34,6 +37,10 @@ class LabConfig:
     # per_rollout_mean divisor: "rows" = Agent Lightning v1.0 (rollout tokens × trained rows, batch total
     # n_rollouts/n_rows); "rollouts" = the technical report's Eq. 16 (rollout tokens × rollouts, total 1).
     per_rollout_divisor: str = _field("rows", choices=DIVISORS)
+    # What the update cap (and the mini-batch alignment) drops: "row" = Agent Lightning's per-row drop (a rollout can
+    # be trained in part); "rollout" = whole rollouts only, same-reward groups first, seeded (lab-only; see
+    # docs/differences.md). lab/partially_dropped_rollouts counts the rollouts trained in part.
+    cap_drop_unit: str = _field("row", choices=DROP_UNITS)
 
     # --- short training runs (agl_lab.train, `agl-lab train`, notebooks/03_short_training_runs.ipynb) ---
     # Agent task the policy plays: "lock" = a combination-lock game whose failing rollouts take the most turns
@@ -70,6 +77,13 @@ class LabConfig:
     # ops are too small to split, and extra threads spin-wait when the cores are busy (measured on 2 shared cores:
     # a default run took 8 s with 1 thread, 100 s with 2).
     cpu_threads: int = _field(1, low=0, high=1024)
+
+    # --- the notebooks' curves (agl_lab.ui.curve_view); saved with the run, so its panel can be restored ---
+    # Smoothing of the curves: the weight of TensorBoard's debiased exponential moving average, in [0, 0.99]
+    # (0 = the values as logged; 0.6 = TensorBoard's default). The raw values are always drawn faint behind.
+    curve_smoothing: float = _field(CURVE_SMOOTHING, low=0.0, high=0.99)
+    # Finished runs laid over the curves (the run picker): run directories, e.g. runs/<run> or a sweep's cell.
+    curve_overlay: list[str] = field(default_factory=list)
 
 
 _FIELDS = {f.name: f for f in fields(LabConfig)}

@@ -50,6 +50,9 @@ _AGL_CISPO = "https://pypi.org/project/agentlightning/1.0.2/"
 _TRL = "https://huggingface.co/docs/trl/main/en/grpo_trainer#loss-types"
 _SKYRL = "https://docs.skyrl.ai/docs/api-ref/skyrl/config"
 _AGL_LAB = "README.md#the-fields-normalizations"  # agl_lab's own definition
+_UNI_AGENT_185 = "https://github.com/verl-project/uni-agent/issues/185"  # its session mean (open issue)
+_VERL_7580 = "https://github.com/verl-project/verl/pull/7580"  # per-row loss_weight (open PR)
+_PROPOSED = "verl PR #7580 (proposed, not released)"
 
 # What splitting one rollout's tokens into k rows does to its weight.
 SPLITS = {
@@ -171,8 +174,16 @@ LOSS_MODES: dict[str, LossMode] = {
                depends_on=(_COMPOSITION, _DP)),
         _other("skyrl:prompt_mean", "SkyRL prompt_mean", "SkyRL", "w = 1 / (P_b · T_p)", "mini-batches", _SKYRL,
                weights.skyrl_prompt_mean, depends_on=(_COMPOSITION, _DP)),
-        _other("rollout_mean", "rollout_mean (mean over rollouts of row means)", "agl_lab", "w = 1 / (R · k · n)", "1",
-               _AGL_LAB, weights.rollout_mean, split="equal", depends_on=(_COMPOSITION,)),
+        # uni-agent #185 (open) asks for L = mean over sessions of the mean over their rows: this mode
+        _other("rollout_mean", "rollout_mean (mean over rollouts of row means; uni-agent #185's session mean)",
+               "agl_lab", "w = 1 / (R · k · n)", "1", _UNI_AGENT_185, weights.rollout_mean, split="equal",
+               depends_on=(_COMPOSITION,)),
+        LossMode("session_equal", "session_equal: loss_weight 1/k (verl #7580, proposed)", _PROPOSED,
+                 "w = 1 / (k · n · G)", "R / G", _VERL_7580, weights.session_equal, "equal",
+                 settings={_LOSS_MODE_KEY: "session_equal"}),
+        LossMode("partition_preserving", "partition_preserving: loss_weight n / mean n (verl #7580, proposed)",
+                 _PROPOSED, "w = k / (T · G)", "rows / G", _VERL_7580, weights.partition_preserving, "k times",
+                 settings={_LOSS_MODE_KEY: "partition_preserving"}),
     )
 }
 # fmt: on

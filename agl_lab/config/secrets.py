@@ -5,18 +5,22 @@ ends in ``token`` (``hf_token``; verl's ``ppo_max_token_len_per_gpu`` is not one
 ``***``; empty ones stay empty, so a reader still sees that no secret was set.
 
 Configs are redacted where they are written (:func:`redact`, :func:`redacted_yaml`), command lines where they are
-recorded (:func:`redact_argv`), and the command line masks every secret value it was given in whatever it prints
-last (:func:`secret_values`, :func:`mask_secrets`), tracebacks included.
+recorded (:func:`redact_argv`), and the command line masks every secret value it was given (each value of a
+``key=a,b`` item too) in everything it prints: :func:`masked_output` passes every line written to ``sys.stdout`` and
+``sys.stderr`` during a command — tables, progress bars, warnings, errors, tracebacks — through :func:`mask_secrets`.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TextIO
 
-__all__ = ["MASK", "is_secret_key", "mask_secrets", "redact", "redact_argv", "redacted_yaml", "secret_values"]
+__all__ = ["MASK", "is_secret_key", "mask_secrets", "masked_output", "redact", "redact_argv", "redacted_yaml"]
+__all__ += ["secret_values"]
 
 MASK = "***"
 _SECRET_NAME = re.compile(r"(^agl_key$|api_?key|password|secret|(^|_)token$)", re.IGNORECASE)
@@ -78,8 +82,10 @@ def secret_values(argv: Iterable[str], environ: Mapping[str, str] | None = None)
             values.append(argv[i + 1])
     environ = os.environ if environ is None else environ
     values += [environ[name] for name in SECRET_ENV if environ.get(name)]
-    # a value given as a Hydra list or quoted ('[sk-1]', "'sk-1'") also appears without its brackets or quotes
-    values += [v.strip("[]'\"") for v in values]
+    # a value given as a Hydra list or quoted ('[sk-1]', "'sk-1'") also appears without its brackets or quotes, and
+    # each value of a sweep item (key=sk-1,sk-2) on its own
+    values += [part for v in values for part in v.split(",")]
+    values += [v.strip("[]'\" ") for v in values]
     return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
 
 
@@ -88,3 +94,36 @@ def mask_secrets(text: str, secrets: Iterable[str]) -> str:
     for secret in secrets:
         text = text.replace(secret, MASK)
     return text
+
+
+@contextmanager
+def masked_output(secrets: Iterable[str]) -> Iterator[None]:
+    """Within the block, everything written to ``sys.stdout`` and ``sys.stderr`` has each of ``secrets`` masked."""
+    secrets = list(secrets)
+    if not secrets:
+        yield
+        return
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (_MaskingStream(stream, secrets) for stream in streams)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+class _MaskingStream:
+    """A text stream whose writes are masked; everything else (``isatty``, ``fileno``, ``flush``) is the stream's."""
+
+    def __init__(self, stream: TextIO, secrets: list[str]) -> None:
+        self._stream, self._secrets = stream, secrets
+
+    def write(self, text: str) -> int:
+        self._stream.write(mask_secrets(text, self._secrets))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

@@ -31,6 +31,7 @@ import verl.utils.torch_functional as verl_F
 from verl.trainer.ppo import core_algos
 
 from agl_lab.core.groups import group_rows
+from agl_lab.core.row_weights import ROW_WEIGHTED_LOSS_MODES, compute_policy_loss_row_weighted
 
 __all__ = [
     "CISPO_PER_ROLLOUT_MEAN_LOSS_MODE",
@@ -171,15 +172,18 @@ def compute_policy_loss_cispo_per_rollout_mean(
     return _summed(pg_losses, response_mask, config), metrics
 
 
-# name -> function: what import agl_lab (and every Ray worker) registers in verl's policy-loss registry
+# name -> function: what import agl_lab (and every Ray worker) registers in verl's policy-loss registry; verl PR
+# #7580's proposals (agl_lab.core.row_weights) are verl's vanilla loss on advantages the trainer weighted per row
 _LOSSES = {
     PER_ROLLOUT_MEAN_LOSS_MODE: compute_policy_loss_per_rollout_mean,
     CISPO_PER_ROLLOUT_MEAN_LOSS_MODE: compute_policy_loss_cispo_per_rollout_mean,
+    **dict.fromkeys(ROW_WEIGHTED_LOSS_MODES, compute_policy_loss_row_weighted),
 }
 
 
 def register_in_worker() -> None:
-    """Register ``per_rollout_mean`` and ``cispo_per_rollout_mean`` in this process's verl registry (idempotent).
+    """Register ``per_rollout_mean``, ``cispo_per_rollout_mean`` and verl PR #7580's ``session_equal`` and
+    ``partition_preserving`` in this process's verl registry (idempotent).
 
     Called on ``import agl_lab`` and, as Ray's ``worker_process_setup_hook``, in every Ray worker, because a
     worker that unpickles only verl objects never imports agl_lab by itself. A name another package already

@@ -6,9 +6,11 @@
 3. ``token_level_rewards`` = scores (or scores − β·KL with ``algorithm.use_kl_in_reward``)
 4. advantage: rollout-level (``algorithm.enable_rollout_level_advantage``) or verl's ``compute_advantage``
 5. ``per_rollout_mean`` / ``cispo_per_rollout_mean``: advantages divided by rollout tokens × rows (or × rollouts,
-   ``lab.per_rollout_divisor``)
+   ``lab.per_rollout_divisor``); verl PR #7580's ``session_equal`` / ``partition_preserving`` (proposed): advantages
+   multiplied by each row's ``loss_weight`` (:mod:`agl_lab.core.row_weights`)
 
-:func:`select_rows` is steps 1–2, :func:`compute_advantages` steps 3–5 and :func:`prepare_batch` both;
+:func:`select_rows` is steps 1–2, :func:`compute_advantages` steps 3–5 (:func:`normalize_for_loss` step 5 alone)
+and :func:`prepare_batch` both;
 the weighting lab, ``agl-lab check`` and the short-run trainer all go through them.
 """
 
@@ -31,6 +33,7 @@ from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_
 from agl_lab.core.advantage import compute_rollout_level_advantage
 from agl_lab.core.groups import as_arrays, group_rows
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, normalize_advantages_by_rollout
+from agl_lab.core.row_weights import ROW_WEIGHTED_LOSS_MODES, weight_advantages
 from agl_lab.core.rows import require_finite_rows, require_matrix
 from agl_lab.core.update_cap import EmptyBatchWarning, marked_rows_kept, plan_update_cap
 
@@ -40,6 +43,7 @@ __all__ = [
     "advantage_kwargs",
     "compute_advantages",
     "mini_batch_rows",
+    "normalize_for_loss",
     "plan_selection",
     "prepare_batch",
     "select_rows",
@@ -112,6 +116,7 @@ def plan_selection(rows: DataProto, cfg: DictConfig, *, seed: int | None = None)
         mini_batch_size=mini_batch_rows(cfg),
         max_ppo_update_times=cfg.agentlightning.max_ppo_update_times,
         seed=seed,
+        drop_unit=cfg.lab.cap_drop_unit,
     )
     if len(plan.kept) < len(batch):
         batch = batch[torch.from_numpy(plan.kept)]
@@ -123,12 +128,14 @@ def plan_selection(rows: DataProto, cfg: DictConfig, *, seed: int | None = None)
 
 
 def compute_advantages(
-    batch: DataProto, cfg: DictConfig, *, kl_ctrl: Any | None = None
+    batch: DataProto, cfg: DictConfig, *, kl_ctrl: Any | None = None, normalize: bool = True
 ) -> tuple[DataProto, dict[str, Any]]:
     """Steps 3–5 on the rows that survived :func:`select_rows` (and got old log-probs, if a KL needs them).
 
     ``kl_ctrl``: the trainer's KL controller when ``algorithm.use_kl_in_reward`` (a fixed one from the
     config otherwise). Writes ``token_level_rewards``, ``advantages`` and ``returns`` into ``batch``.
+    ``normalize=False`` stops before step 5 (the trainer reads the advantages as estimated first, then calls
+    :func:`normalize_for_loss`).
     """
     algorithm = cfg.algorithm
     metrics: dict[str, Any] = {}
@@ -159,9 +166,16 @@ def compute_advantages(
     metrics.update(_group_metrics(batch))
     metrics["critic/n_transition_after_dropping"] = len(batch)
     metrics.update(compute_data_metrics(batch=batch, use_critic=False))
+    if normalize:
+        normalize_for_loss(batch, cfg)
+    return batch, metrics
 
-    if cfg.actor_rollout_ref.actor.policy_loss.get("loss_mode", "vanilla") in PER_ROLLOUT_LOSS_MODES:
-        rollout_ids = batch.non_tensor_batch.get("rollout_id_list")
+
+def normalize_for_loss(batch: DataProto, cfg: DictConfig) -> DataProto:
+    """Step 5 in place: the advantages as the configured loss reads them (unchanged for verl's own losses)."""
+    loss_mode = cfg.actor_rollout_ref.actor.policy_loss.get("loss_mode", "vanilla")
+    rollout_ids = batch.non_tensor_batch.get("rollout_id_list")
+    if loss_mode in PER_ROLLOUT_LOSS_MODES:
         if rollout_ids is None:
             raise RuntimeError("per_rollout_mean loss requires rollout_id_list")
         batch.batch["advantages"] = normalize_advantages_by_rollout(
@@ -171,7 +185,11 @@ def compute_advantages(
             num_trained_rows=len(batch),
             divisor=cfg.lab.per_rollout_divisor,
         )
-    return batch, metrics
+    elif loss_mode in ROW_WEIGHTED_LOSS_MODES:
+        batch.batch["advantages"] = weight_advantages(
+            batch.batch["advantages"], batch.batch["response_mask"], rollout_ids, mode=loss_mode
+        )
+    return batch
 
 
 def advantage_kwargs(cfg: DictConfig) -> dict[str, Any]:

@@ -5,8 +5,14 @@ Trace aggregation makes the row count of a step vary, but verl updates in whole 
 rows, at most ``mini_bs × agentlightning.max_ppo_update_times`` (null = no cap; the docs recommend 2).
 The surplus is dropped per row: first from uid groups whose rewards are all equal (with GRPO their
 advantages are zero, so they carry no signal), then at random from the rest. v1.0 draws from an
-unseeded global RNG; here ``seed`` makes the choice reproducible. Notebook:
-``notebooks/01_per_rollout_weighting.ipynb``.
+unseeded global RNG; here ``seed`` makes the choice reproducible.
+
+A row drop can train a rollout in part (some of its rows kept, some dropped). ``drop_unit="rollout"`` (the lab-only
+``lab.cap_drop_unit=rollout``; the default ``row`` is Agent Lightning's) drops whole rollouts instead, in the same
+order (rollouts of same-reward groups first, then the others, each in a seeded random order), taking each rollout
+that still leaves an exact fit for the rest of the surplus behind it; when no set of whole rollouts adds up to the
+surplus, it keeps one mini-batch fewer. A rollout is then trained whole or not at all
+(``lab/partially_dropped_rollouts`` counts the others). Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import torch
 from verl import DataProto
 
@@ -22,15 +29,21 @@ from agl_lab.core.groups import as_arrays, group_key, group_rows, non_tensor_ids
 from agl_lab.core.rows import require_matrix
 
 __all__ = [
+    "DROP_UNITS",
     "CapPlan",
     "EmptyBatchWarning",
     "apply_update_cap",
     "drop_marked_rows",
     "marked_rows_kept",
+    "partially_dropped",
     "plan_update_cap",
     "same_reward_rows",
     "take_rows",
 ]
+
+
+# What the cap drops: single rows (Agent Lightning) or whole rollouts (lab.cap_drop_unit=rollout, lab-only).
+DROP_UNITS = ("row", "rollout")
 
 
 class EmptyBatchWarning(UserWarning):
@@ -83,15 +96,20 @@ def apply_update_cap(
     mini_batch_size: int,
     max_ppo_update_times: int | None = None,
     seed: int | None = None,
+    drop_unit: str = "row",
 ) -> tuple[DataProto, dict[str, int]]:
     """Keep whole PPO mini-batches of rows (at most ``max_ppo_update_times`` of them); drop the surplus.
 
-    ``mini_batch_size`` is counted in rows: the trainer passes ``ppo_mini_batch_size × rollout.n``.
+    ``mini_batch_size`` is counted in rows: the trainer passes ``ppo_mini_batch_size × rollout.n``. ``drop_unit``:
+    ``row`` (Agent Lightning) or ``rollout`` (whole rollouts only; module docstring).
     Returns the kept rows in their original order and ``training/n_sample_dropped/same_reward``,
     ``training/n_sample_dropped/random`` and ``training/n_sample_trained``. When nothing is left the
     empty batch is returned with an :class:`EmptyBatchWarning`.
     """
-    plan = plan_update_cap(batch, mini_batch_size=mini_batch_size, max_ppo_update_times=max_ppo_update_times, seed=seed)
+    plan = plan_update_cap(
+        batch, mini_batch_size=mini_batch_size, max_ppo_update_times=max_ppo_update_times, seed=seed,
+        drop_unit=drop_unit,
+    )  # fmt: skip
     if len(plan.kept) < len(batch):
         batch = take_rows(batch, plan.kept)
     if len(batch) == 0:
@@ -110,8 +128,11 @@ def plan_update_cap(
     mini_batch_size: int,
     max_ppo_update_times: int | None = None,
     seed: int | None = None,
+    drop_unit: str = "row",
 ) -> CapPlan:
     """What :func:`apply_update_cap` keeps and drops, without touching ``batch``: the trainer's draw, with reasons."""
+    if drop_unit not in DROP_UNITS:
+        raise ValueError(f"lab.cap_drop_unit must be one of {list(DROP_UNITS)}, got {drop_unit!r}")
     if isinstance(mini_batch_size, bool) or not isinstance(mini_batch_size, int | np.integer) or mini_batch_size < 1:
         raise ValueError(
             f"mini_batch_size must be a positive number of rows (ppo_mini_batch_size × rollout.n), "
@@ -136,9 +157,12 @@ def plan_update_cap(
         return CapPlan(kept=np.arange(n, dtype=np.int64), dropped_same_reward=empty, dropped_random=empty)
     rng = np.random.default_rng(seed)
     same = same_reward_rows(batch)  # (same_rows,)
-    drop_same = rng.permutation(same)[:n_to_drop]
-    others = np.setdiff1d(np.arange(n), drop_same, assume_unique=True)
-    drop_random = rng.permutation(others)[: n_to_drop - len(drop_same)]
+    if drop_unit == "rollout":
+        drop_same, drop_random = _whole_rollouts(batch, same, n_kept=n_kept, mini_batch_size=mini_batch_size, rng=rng)
+    else:
+        drop_same = rng.permutation(same)[:n_to_drop]
+        others = np.setdiff1d(np.arange(n), drop_same, assume_unique=True)
+        drop_random = rng.permutation(others)[: n_to_drop - len(drop_same)]
     keep = np.ones(n, dtype=bool)
     keep[drop_same] = False
     keep[drop_random] = False
@@ -147,6 +171,54 @@ def plan_update_cap(
         dropped_same_reward=np.sort(drop_same).astype(np.int64),
         dropped_random=np.sort(drop_random).astype(np.int64),
     )
+
+
+def partially_dropped(rows: DataProto, kept: DataProto) -> dict[str, int]:
+    """``lab/partially_dropped_rollouts``: the rollouts of ``rows`` with some but not all of their rows in ``kept``
+    (dropped as marked or by the cap); empty without ``rollout_id_list``. A lab metric, beside Agent Lightning's."""
+    if "rollout_id_list" not in rows.non_tensor_batch or "rollout_id_list" not in kept.non_tensor_batch:
+        return {}
+    everyone = group_rows(non_tensor_ids(rows, "rollout_id_list"), field="rollout_id_list")
+    lookup = pd.Index(everyone.ids)
+    codes = lookup.get_indexer(non_tensor_ids(kept, "rollout_id_list"))  # (kept,) its rollout among rows'
+    some = np.bincount(codes, minlength=everyone.n_groups)  # (rollouts,) rows kept
+    return {"lab/partially_dropped_rollouts": int(((some > 0) & (some < everyone.sizes)).sum())}
+
+
+def _whole_rollouts(
+    batch: DataProto, same: np.ndarray, *, n_kept: int, mini_batch_size: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of the whole rollouts ``drop_unit="rollout"`` drops (module docstring): (same-reward rows, others)."""
+    if "rollout_id_list" not in batch.non_tensor_batch:
+        raise ValueError(
+            "lab.cap_drop_unit=rollout needs non_tensor_batch['rollout_id_list'] (which rows form one rollout): add "
+            "it, or use lab.cap_drop_unit=row"
+        )
+    rollouts = group_rows(non_tensor_ids(batch, "rollout_id_list"), field="rollout_id_list")
+    sizes = rollouts.sizes  # (rollouts,)
+    same_rollout = np.zeros(rollouts.n_groups, dtype=bool)
+    same_rollout[rollouts.codes[same]] = True  # a rollout's rows share its uid group, so all of them are same-reward
+    order = np.concatenate(
+        [rng.permutation(np.flatnonzero(same_rollout)), rng.permutation(np.flatnonzero(~same_rollout))]
+    )
+    # suffix[i]: the row counts the rollouts order[i:] can drop together, as a bit set (bit x: x rows reachable)
+    suffix = [1] * (len(order) + 1)
+    for i in range(len(order) - 1, -1, -1):
+        suffix[i] = suffix[i + 1] | (suffix[i + 1] << int(sizes[order[i]]))
+    dropped = np.zeros(rollouts.n_groups, dtype=bool)
+    target = n_kept
+    while not suffix[0] >> (len(batch) - target) & 1:  # no whole rollouts add up to the surplus: one mini-batch fewer
+        target -= mini_batch_size  # ends by 0: every rollout together is the whole batch
+    need = len(batch) - target
+    for i, r in enumerate(order):  # in priority order, each rollout that still leaves an exact fit behind it
+        if need == 0:
+            break
+        if sizes[r] <= need and suffix[i + 1] >> (need - int(sizes[r])) & 1:
+            dropped[r] = True
+            need -= int(sizes[r])
+    rows = np.flatnonzero(dropped[rollouts.codes])  # (dropped rows,)
+    is_same = same_rollout[rollouts.codes[rows]]
+    return rows[is_same], rows[~is_same]
 
 
 def take_rows(batch: DataProto, index: np.ndarray) -> DataProto:

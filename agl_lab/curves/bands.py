@@ -9,9 +9,15 @@ step, metric, value``). For each setting, metric and step the seeds are aggregat
 * ``std`` — mean ± one standard deviation across seeds (the spread of single runs, not of the mean).
 * ``seeds`` — no band: each seed drawn as its own thin line (the honest choice for two or three seeds).
 
-Both intervals are cut at the metric's physical bounds (:func:`agl_lab.curves.bounds.metric_bounds`: counts at 0,
+Both intervals are cut at the metric's physical bounds (:func:`agl_lab.curves.metrics.metric_bounds`: counts at 0,
 rates at 0 and 1): the true mean lies within them, so the cut interval covers it exactly as often as the uncut one,
 and a band never shows a negative count or a success rate above 1. The labels say so.
+
+Smoothing is TensorBoard's (and W&B's "time weighted EMA" without the time): the debiased exponential moving
+average of each run's values in step order, ``s_t = Σ_i w^i x_(t−i) / Σ_i w^i`` over the points so far, with
+``smoothing`` = w in [0, 1) (0: the raw values). It is pandas' ``ewm(alpha=1 − w, adjust=True)``: TensorBoard's
+loop ``last = w·last + (1 − w)·x; s = last / (1 − w^n)`` gives the same numbers (the tests hold them equal). Like
+TensorBoard it weighs points, not the distance between their steps.
 
 ``n_seeds`` goes with every value, and the figures (:mod:`agl_lab.curves.figures`) print it in every legend.
 Notebook: ``notebooks/04_reproduce_curves.ipynb``.
@@ -26,22 +32,22 @@ import pandas as pd
 from scipy.stats import t as student_t
 
 from agl_lab.curves.band_kinds import BAND_LABELS, Band
-from agl_lab.curves.bounds import metric_bounds
+from agl_lab.curves.metrics import metric_bounds
 
-__all__ = ["BAND_LABELS", "Band", "bands", "smoothed"]
+__all__ = ["BAND_LABELS", "Band", "bands", "same_curve_groups", "smoothed"]
 
 
 def bands(
-    table: pd.DataFrame, metrics: Sequence[str] | None = None, *, band: Band = "std", smooth: int = 1
+    table: pd.DataFrame, metrics: Sequence[str] | None = None, *, band: Band = "std", smoothing: float = 0.0
 ) -> pd.DataFrame:
     """Per setting, metric and step: ``mean``, ``low``, ``high`` and ``n_seeds`` (``low == high == mean`` for
     ``seeds``, and wherever one seed leaves no interval); ``low``/``high`` within the metric's bounds.
 
-    ``smooth`` > 1 first applies a trailing rolling mean of that many steps to each run (per seed).
+    ``smoothing`` > 0 first smooths each run (per seed) with the debiased EMA of :func:`smoothed`.
     """
     if band not in BAND_LABELS:
         raise ValueError(f"band must be one of {list(BAND_LABELS)}, got {band!r}")
-    data = smoothed(table, metrics, smooth=smooth)
+    data = smoothed(table, metrics, smoothing=smoothing)
     groups = data.groupby(["setting", "metric", "step"], dropna=False)["value"]
     out = groups.agg(mean="mean", n_seeds="count").reset_index()
     spread = groups.std(ddof=1).fillna(0.0).to_numpy()  # (points,): 0 where one seed
@@ -58,16 +64,36 @@ def bands(
     return out[["setting", "metric", "step", "mean", "low", "high", "n_seeds"]]
 
 
-def smoothed(table: pd.DataFrame, metrics: Sequence[str] | None = None, *, smooth: int = 1) -> pd.DataFrame:
-    """The table's rows for ``metrics`` (all when None), sorted by step, each run's values a trailing mean of
-    ``smooth`` steps."""
-    if smooth < 1:
-        raise ValueError(f"smooth must be a window of >= 1 steps, got {smooth}")
+def smoothed(table: pd.DataFrame, metrics: Sequence[str] | None = None, *, smoothing: float = 0.0) -> pd.DataFrame:
+    """The table's rows for ``metrics`` (all when None), sorted by step, each run's values smoothed with the debiased
+    EMA of weight ``smoothing`` in [0, 1) (0: as logged)."""
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"smoothing must be in [0, 1) (0: raw values, 0.6: TensorBoard's default), got {smoothing}")
     data = table if metrics is None else table[table.metric.isin(list(metrics))]
     if data.empty:
         raise ValueError(f"no rows for metrics {list(metrics or [])}: the table has {sorted(set(table.metric))[:20]}")
-    data = data.sort_values("step")
-    if smooth > 1:
-        runs = data.groupby(["setting", "seed", "run", "metric"], dropna=False)["value"]
-        data = data.assign(value=runs.transform(lambda v: v.rolling(smooth, min_periods=1).mean()))
+    data = data.sort_values("step", kind="stable").reset_index(drop=True)  # a unique index to align on
+    if smoothing > 0:
+        keys = ["setting", "seed", "run", "metric"]
+        ema = data.groupby(keys, dropna=False, sort=False)["value"].ewm(alpha=1.0 - smoothing, adjust=True).mean()
+        data = data.assign(value=ema.reset_index(level=list(range(len(keys))), drop=True))
     return data
+
+
+def same_curve_groups(stats: pd.DataFrame, order: Sequence[str]) -> list[list[str]]:
+    """The settings of ``stats`` (one metric's :func:`bands`) grouped by identical curves (step, mean and band, step
+    by step), in ``order``: a curve several settings share (the rollouts per step, say) is drawn once."""
+    parts = {s: part.sort_values("step")[["step", "mean", "low", "high"]].to_numpy(float)
+             for s, part in stats.groupby("setting", sort=False)}  # fmt: skip
+    groups: list[list[str]] = []
+    for name in (s for s in order if s in parts):
+        same = next((g for g in groups if _same(parts[g[0]], parts[name])), None)
+        if same:
+            same.append(name)
+        else:
+            groups.append([name])
+    return groups
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.allclose(a, b, rtol=0, atol=1e-12)

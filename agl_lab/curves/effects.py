@@ -29,10 +29,13 @@ Deliberate cases, each pinned in tests/test_effects.py:
   ``seeds_needed`` is inf: no number of pairs resolves an effect of 0). Differences that spread around a mean of
   exactly 0 get inf too.
 
-``method`` picks the statistics: ``"paired_t"`` (the above) is the only one so far; :data:`METHODS` is the table
-a method is added to (issue 22 plans ``"rliable"``: its per-run values come from :func:`run_values` the same way,
-its row has the same columns). :mod:`agl_lab.curves.verdicts` turns rows into lines and writes ``effects.csv`` and
-``effects.md``; ``agl-lab sweep``/``demo`` print and save them; the forest plot is :mod:`agl_lab.curves.forest`.
+``method`` picks the statistics (:data:`METHODS`), and the table's last column ``method`` says which produced it:
+``"paired_t"`` (the above) or ``"rliable"`` (:mod:`agl_lab.curves.rliable_stats`: per setting its IQM with
+stratified-bootstrap 95% intervals, ``mean_diff`` = IQM difference with its interval, and the probability of
+improvement over the baseline with its interval; extra columns after ``method``; rliable recommends ≥ 5 runs and
+warns below). Both read the same per-run values (:func:`run_values`) and the same seeds.
+:mod:`agl_lab.curves.verdicts` turns rows into lines and writes ``effects.csv`` and ``effects.md``; ``agl-lab
+sweep``/``demo`` print and save them; the forest plot is :mod:`agl_lab.curves.forest`.
 Notebooks: ``04_reproduce_curves``, ``05_reproduce_effects``.
 """
 
@@ -47,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from agl_lab.config.settings import DEMO_BASELINE
+from agl_lab.curves.rliable_stats import rliable_compare
 from agl_lab.curves.summary import SUCCESS, WINDOWS, window_mean
 
 __all__ = [
@@ -80,7 +84,8 @@ class Method:
     """One way to compare a setting with the baseline from the per-run values (indexed by seed; NaN = no value)."""
 
     compare: Callable[[pd.Series, pd.Series], dict[str, float]]  # (setting, baseline) -> the statistics columns
-    label: str  # how effects.md and the forest plot name it
+    label: str  # how effects.md names it
+    heading: str  # what the CLI's heading and the forest plot's title say of it
 
 
 def compare_settings(
@@ -93,8 +98,9 @@ def compare_settings(
 ) -> pd.DataFrame:
     """One row per setting other than ``baseline`` (in the table's order), columns :data:`EFFECT_COLUMNS`.
 
-    ``attrs``: ``window``, ``method`` and ``unpaired_seeds`` (setting → seeds left out). An unknown ``baseline``,
-    ``metric``, ``window`` or ``method`` is a ValueError naming the choices.
+    ``attrs``: ``window``, ``method`` and ``unpaired_seeds`` (setting → seeds left out); the last column ``method``
+    names the statistics (``rliable`` adds its own columns after it). An unknown ``baseline``, ``metric``, ``window``
+    or ``method`` is a ValueError naming the choices.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
@@ -110,8 +116,9 @@ def compare_settings(
         if left_out:
             unpaired[setting] = left_out
         statistics = METHODS[method].compare(pair[setting], pair[baseline])
-        rows.append({"setting": setting, "baseline": baseline, "metric": metric, **statistics})
-    effects = pd.DataFrame(rows, columns=EFFECT_COLUMNS)
+        rows.append({"setting": setting, "baseline": baseline, "metric": metric, **statistics, "method": method})
+    extra = [c for c in (rows[0] if rows else {}) if c not in EFFECT_COLUMNS and c != "method"]
+    effects = pd.DataFrame(rows, columns=[*EFFECT_COLUMNS, "method", *extra])
     effects.attrs.update(window=window, method=method, unpaired_seeds=unpaired)
     if unpaired:
         named = "; ".join(f"{setting}: {seeds}" for setting, seeds in unpaired.items())
@@ -248,5 +255,14 @@ METHODS: dict[str, Method] = {
         "Paired by seed: per seed the setting's run minus the baseline's; two-sided paired t-test and 95% t-interval "
         "of the differences (scipy.stats.ttest_rel); seeds_needed = pairs for 80% power at the observed effect "
         "(statsmodels TTestPower).",
+        "paired by seed, 95% t-interval",
+    ),
+    "rliable": Method(
+        rliable_compare,
+        "rliable (Agarwal et al. 2021): per setting the interquartile mean (IQM) over its runs with a "
+        "stratified-bootstrap 95% interval; mean_diff = IQM(setting) − IQM(baseline) with rliable's two-sample "
+        "bootstrap 95% interval; poi = probability of improvement P(setting's run > baseline's run) with its 95% "
+        "interval; no p-value or power. rliable recommends 5 or more runs per setting.",
+        "rliable: IQM difference and probability of improvement, stratified-bootstrap 95% intervals",
     ),
 }

@@ -3,7 +3,8 @@
 Input is :func:`agl_lab.curves.effects.compare_settings` (or ``compare_metrics`` for several metrics): a dot at the
 mean paired difference, a bar for its interval, a vertical line at 0 (no effect); each line is labelled with its
 pairs and p. A row with fewer than 2 pairs has no interval: its dot is hollow and its label says why. Colours are
-the settings' own (:func:`agl_lab.curves.figures.setting_colours`). Made without pyplot, like every figure here.
+the settings' own (:func:`agl_lab.curves.style.setting_colours`); the x axis names the metric and its unit (the
+metric catalogue). Made without pyplot, like every figure here.
 Notebooks: ``04_reproduce_curves`` (the verdict), ``05_reproduce_effects``.
 """
 
@@ -13,8 +14,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from agl_lab.curves.effects import NEED_TWO_SEEDS
-from agl_lab.curves.figures import setting_colours
+from agl_lab.curves.effects import METHODS, NEED_TWO_SEEDS
+from agl_lab.curves.metrics import metric_info
+from agl_lab.curves.style import setting_colours
 from agl_lab.curves.summary import WINDOWS
 
 __all__ = ["plot_forest"]
@@ -37,14 +39,26 @@ def plot_forest(effects: pd.DataFrame, *, title: str | None = None) -> Figure:
             if interval:
                 ax.plot([row.ci_low, row.ci_high], [y, y], color=colour, linewidth=2.2, solid_capstyle="butt")
             ax.plot([row.mean_diff], [y], "o", color=colour, markerfacecolor=colour if interval else "white")
-            note = f"n={row.n_pairs}, p={row.p_value:.2g}" if interval else f"n={row.n_pairs}: {NEED_TWO_SEEDS}"
+            rliable = getattr(row, "method", "paired_t") == "rliable"
+            measure = f"P(improvement)={row.poi:.2f}" if rliable else f"p={row.p_value:.2g}"
+            note = f"n={row.n_pairs}, {measure}" if interval else f"n={row.n_pairs}: {NEED_TWO_SEEDS}"
             ax.annotate(note, (1.0, y), xycoords=("axes fraction", "data"), xytext=(4, 0),
                         textcoords="offset points", va="center", fontsize="small")  # fmt: skip
         ax.axvline(0.0, color="0.4", linewidth=0.8, linestyle="--")
         ax.set_yticks(range(len(part)), [f"{s} − {b}" for s, b in zip(part["setting"], part["baseline"], strict=True)])
         ax.set_ylim(len(part) - 0.5, -0.5)
-        ax.set_xlabel(f"difference in {metric}")
+        ax.set_ylabel("setting − baseline")
+        ax.set_xlabel(_difference_label(metric))
         ax.grid(axis="x", alpha=0.3)
     window = WINDOWS[effects.attrs.get("window", "last_20pct")]
-    fig.suptitle(title or f"paired differences and 95% t-intervals; per run, {window}", fontsize="medium")
+    method = effects.attrs.get("method", "paired_t")
+    how = "paired differences and 95% t-intervals" if method == "paired_t" else METHODS[method].heading
+    fig.suptitle(title or f"{how}; per run, {window}", fontsize="medium")
     return fig
+
+
+def _difference_label(metric: str) -> str:
+    """``difference in <name> (<unit>)``; a metric with its window appended (``m (last_20pct)``) keeps it."""
+    name, _, window = metric.partition(" (")
+    entry = metric_info(name)
+    return f"difference in {entry.name}{' (' + window.rstrip(')') + ')' if window else ''} ({entry.unit})"

@@ -5,29 +5,40 @@ Sources: an agl_lab run directory (``metrics.jsonl`` + ``config.yaml``), an offl
 exported from the W&B UI, and verl's ``file``-backend JSONL (``{"step": N, "data": {...}}`` lines). One
 table lets local lab runs and runs you already have from real Agent Lightning training share a plot.
 
-Readers keep what is whole: a torn last line (a killed run, a full disk) or a damaged W&B record is left out with a
-:class:`~agl_lab.curves.jsonl.DamagedFileWarning` and every complete step is read; empty and binary files are
-errors that name the file.
+Readers never guess. A torn last line (a killed run, a full disk; a CSV without its final newline) or a damaged W&B
+record is left out with a :class:`~agl_lab.curves.jsonl.DamagedFileWarning` that counts it, and every complete step is
+read; anything else that cannot be read as written is a ValueError naming the file, the line and what was expected:
+a damaged line in the middle, a CSV row with more or fewer fields than its header, a step that is not an integer
+(``abc``, ``2.5``, ``"x"``, missing), a metric value that is not a number in an agl_lab or verl file (W&B runs also
+log text and media, which are not metrics and are skipped). Empty and binary files are errors that name the file; a
+UTF-8 byte-order mark is accepted; a CSV with a header and no rows warns.
+
+**NaN and ±inf, one policy for every reader:** a value logged as NaN or ±inf is kept as it was logged (a diverged
+loss is a finding, not a gap) and each file's reader warns once (:class:`NonFiniteWarning`), naming the metrics and
+counting the values; an empty CSV cell or a JSON ``null`` is a step at which the metric was not logged (no row).
+Means and bands skip NaN (pandas), so a NaN step leaves a gap in a figure; an inf moves its mean to inf.
 Notebook: ``notebooks/04_reproduce_curves.ipynb``.
 """
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import yaml
 
-from agl_lab.curves.jsonl import DamagedFileWarning, read_jsonl, read_text_file
+from agl_lab.config import arguments
+from agl_lab.curves.history_table import COLUMNS, NonFiniteWarning, finish, gap, long_table, warn_non_finite
+from agl_lab.curves.jsonl import DamagedFileWarning, read_jsonl_lines, read_text_file
+from agl_lab.curves.wandb_csv import csv_steps
 from agl_lab.curves.wandb_offline import find_offline_runs, read_offline_run
 
 __all__ = [
     "COLUMNS",
+    "NonFiniteWarning",
     "long_form",
     "missing_metrics",
     "read_history",
@@ -40,12 +51,10 @@ __all__ = [
     "require_metrics",
 ]
 
-COLUMNS = ["source", "run", "setting", "seed", "step", "metric", "value"]
-_WANDB_INTERNAL = re.compile(r"^_(step|runtime|timestamp|wandb)")
-
 
 def read_history(path: str | Path) -> pd.DataFrame:
     """Read any supported source, chosen by what ``path`` is; ``wandb://entity/project/run_id`` goes online."""
+    arguments.path(path, name="path")  # a TypeError naming it for anything but a str or a Path
     text = str(path)
     if text.startswith("wandb://"):
         return read_wandb_online(text.removeprefix("wandb://"))
@@ -84,13 +93,14 @@ def _read_run_file(path: Path, name: str, *, setting: str | None, seed: int | No
     if not file.exists():
         raise FileNotFoundError(f"{path} has no {name}: is it an agl_lab run directory?")
     config = _yaml(path / "config.yaml")
-    rows = read_jsonl(file)
-    return _long(
-        ((row.get("step"), row) for row in rows),
+    rows = read_jsonl_lines(file)
+    return long_table(
+        ((f"{file}, line {n}", row.get("step"), row) for n, row in rows),
         source="agl_lab",
         run=path.name,
         setting=setting or _get(config, "trainer.experiment_name") or path.name,
         seed=seed if seed is not None else _get(config, "lab.seed"),
+        origin=file,
     )
 
 
@@ -110,12 +120,14 @@ def read_wandb_offline(path: str | Path, *, include_incomplete: bool = False) ->
             unfinished.append(file.parent.name)
             continue
         tables.append(
-            _long(
-                ((row.get("_step"), row) for row in run.history),
+            long_table(
+                ((f"{file}, history record {i}", row.get("_step"), row) for i, row in enumerate(run.history, 1)),
                 source="wandb-offline",
                 run=run.run_id,
                 setting=_get(run.config, "trainer.experiment_name") or run.name or run.run_id,
                 seed=_get(run.config, "lab.seed"),
+                origin=file,
+                strict=False,
             )
         )
     if unfinished:
@@ -137,52 +149,50 @@ def read_wandb_online(run_path: str, *, api: Any | None = None) -> pd.DataFrame:
         api = wandb.Api()
     run = api.run(run_path)
     config = dict(run.config)
-    return _long(
-        ((row.get("_step"), row) for row in run.scan_history()),
+    rows = enumerate(run.scan_history(), 1)
+    return long_table(
+        ((f"W&B run {run_path}, history row {i}", row.get("_step"), row) for i, row in rows),
         source="wandb",
         run=run.id,
         setting=_get(config, "trainer.experiment_name") or run.name,
         seed=_get(config, "lab.seed"),
+        origin=f"W&B run {run_path}",
+        strict=False,
     )
 
 
 def read_wandb_csv(path: str | Path) -> pd.DataFrame:
     """A CSV exported from the W&B UI: a ``Step`` column and ``<run> - <metric>`` columns (``__MIN``/``__MAX``
-    band columns are ignored), or plain metric columns for one run named after the file."""
+    band columns are ignored), or plain metric columns for one run named after the file
+    (:mod:`agl_lab.curves.wandb_csv`: ragged rows and cells that are not numbers are refused)."""
     path = Path(path)
-    try:
-        frame = pd.read_csv(path)
-    except pd.errors.EmptyDataError as exc:
-        raise ValueError(f"{path} is empty: export the run history as CSV from the W&B UI") from exc
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path} is not a readable CSV: {exc}") from exc
-    step = next((c for c in frame.columns if c.lower() in ("step", "_step", "global_step")), None)
-    if step is None:
-        raise ValueError(f"{path} has no Step column; export the chart or run history as CSV from the W&B UI")
-    parts = []
-    for column in frame.columns:
-        if column == step or column.endswith(("__MIN", "__MAX")) or _WANDB_INTERNAL.match(column):
-            continue
-        run, _, metric = column.rpartition(" - ")
-        values = pd.to_numeric(frame[column], errors="coerce")
-        part = pd.DataFrame({"step": frame[step], "metric": metric, "value": values, "run": run or path.stem})
-        parts.append(part.dropna(subset=["value"]))
-    if not parts:
-        raise ValueError(f"{path} has no metric columns")
-    table = pd.concat(parts, ignore_index=True)
-    table["source"], table["setting"], table["seed"] = "wandb-csv", table["run"], np.nan
-    return _finish(table)
+    by_run: dict[str, list[tuple[str, Any, dict[str, float]]]] = {}
+    for where, run, step, values in csv_steps(path):
+        by_run.setdefault(run, []).append((where, step, values))
+    tables = [
+        long_table(steps, source="wandb-csv", run=run, setting=run, origin=path, warn=False)
+        for run, steps in by_run.items()
+    ]
+    table = pd.concat(tables, ignore_index=True) if tables else finish(pd.DataFrame(columns=COLUMNS))
+    warn_non_finite(table, origin=path)
+    return table
 
 
 def read_verl_jsonl(path: str | Path) -> pd.DataFrame:
     """verl's ``file`` tracking backend: one ``{"step": N, "data": {...}}`` object per line."""
     path = Path(path)
-    rows = read_jsonl(path)
-    if rows and not all(isinstance(r, dict) and "step" in r and isinstance(r.get("data"), dict) for r in rows):
-        if all("step" in r for r in rows):  # an agl_lab metrics.jsonl given directly
-            return _long(((r["step"], r) for r in rows), source="agl_lab", run=path.parent.name, setting=None)
+    rows = read_jsonl_lines(path)
+    if not all("step" in r and isinstance(r.get("data"), dict) for _, r in rows):
+        if all("step" in r for _, r in rows):  # an agl_lab metrics.jsonl given directly
+            return long_table(
+                ((f"{path}, line {n}", r["step"], r) for n, r in rows),
+                source="agl_lab", run=path.parent.name, setting=None, origin=path,
+            )  # fmt: skip
         raise ValueError(f"{path} is not verl file-backend output: lines must be {{'step': N, 'data': {{...}}}}")
-    return _long(((r["step"], r["data"]) for r in rows), source="verl-file", run=path.stem, setting=path.parent.name)
+    return long_table(
+        ((f"{path}, line {n}", r["step"], r["data"]) for n, r in rows),
+        source="verl-file", run=path.stem, setting=path.parent.name, origin=path,
+    )  # fmt: skip
 
 
 def long_form(
@@ -192,8 +202,11 @@ def long_form(
     it) as the long-form table every history figure and band reads."""
     if "step" not in history:
         raise ValueError(f"a run history needs a step column; it has {list(history.columns)[:10]}")
-    records = [{k: v for k, v in row.items() if not pd.isna(v)} for row in history.to_dict("records")]  # gaps: absent
-    return _long(((row["step"], row) for row in records), source=source, run=run or setting, setting=setting, seed=seed)
+    records = [{k: v for k, v in row.items() if v is not None and not gap(v)} for row in history.to_dict("records")]
+    return long_table(
+        ((f"history row {i}", row.get("step"), row) for i, row in enumerate(records, 1)),
+        source=source, run=run or setting, setting=setting, seed=seed, origin="the history",
+    )  # fmt: skip
 
 
 def missing_metrics(table: pd.DataFrame, expected: Iterable[str]) -> dict[str, list[str]]:
@@ -211,28 +224,6 @@ def require_metrics(table: pd.DataFrame, expected: Sequence[str]) -> None:
     if missing:
         lines = [f"  {run}: {', '.join(metrics)}" for run, metrics in missing.items()]
         raise ValueError("runs without the expected metrics:\n" + "\n".join(lines))
-
-
-def _long(steps: Iterable[tuple[Any, Mapping[str, Any]]], *, source: str, run: str, setting: Any, seed=None):
-    records = []
-    for step, row in steps:
-        for metric, value in row.items():
-            if metric == "step" or _WANDB_INTERNAL.match(metric) or not _is_number(value):
-                continue
-            records.append((step, metric, float(value)))
-    table = pd.DataFrame(records, columns=["step", "metric", "value"])
-    table["source"], table["run"], table["setting"], table["seed"] = source, run, setting or run, seed
-    return _finish(table)
-
-
-def _finish(table: pd.DataFrame) -> pd.DataFrame:
-    table["step"] = pd.to_numeric(table["step"], errors="coerce").astype("Int64")
-    table["seed"] = pd.to_numeric(table["seed"], errors="coerce").astype("Int64")
-    return table[COLUMNS].reset_index(drop=True)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float | np.number) and not isinstance(value, bool)
 
 
 def _get(config: Mapping[str, Any], dotted: str) -> Any:

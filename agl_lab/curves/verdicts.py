@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from agl_lab.curves.atomic_files import write_whole
 from agl_lab.curves.effects import ALPHA, METHODS, NEED_TWO_SEEDS
+from agl_lab.curves.rliable_stats import RECOMMENDED_RUNS
 from agl_lab.curves.summary import WINDOWS, markdown_table
 
 __all__ = ["effects_markdown", "effects_text", "save_effects", "verdict"]
@@ -24,6 +26,8 @@ __all__ = ["effects_markdown", "effects_text", "save_effects", "verdict"]
 
 def verdict(row: Mapping) -> str:
     """One line for an effects row: the difference, its interval, p, the pairs and what more seeds would do."""
+    if row.get("method") == "rliable":
+        return _rliable_verdict(row)
     alone = row["baseline"] == "0"  # one_sample: the setting's own values against 0
     head = f"{row['setting']} ({row['metric']}):" if alone else f"{row['setting']} − {row['baseline']}:"
     unit = "run" if alone else "pair"
@@ -48,8 +52,9 @@ def effects_text(effects: pd.DataFrame) -> str:
     """The CLI's effects table: per metric a heading that says what was compared, then one verdict line per setting."""
     window = WINDOWS[effects.attrs.get("window", "last_20pct")]
     blocks = []
+    how = METHODS[effects.attrs.get("method", "paired_t")].heading
     for metric, part in effects.groupby("metric", sort=False):
-        head = f"Effects on {metric} (per run, {window}; paired by seed, 95% t-interval):"
+        head = f"Effects on {metric} (per run, {window}; {how}):"
         blocks += [head, *(f"  {verdict(row)}" for row in part.to_dict("records"))]
     return "\n".join(blocks or ["Effects: no setting besides the baseline"])
 
@@ -79,9 +84,34 @@ def save_effects(effects: pd.DataFrame, out: str | Path) -> dict[str, Path]:
     """Write ``effects.csv`` and ``effects.md`` into ``out``; returns name → path."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "effects.csv").write_text(effects.to_csv(index=False))
-    (out / "effects.md").write_text(effects_markdown(effects))
+    write_whole(out / "effects.csv", effects.to_csv(index=False))  # never half a table after a stop
+    write_whole(out / "effects.md", effects_markdown(effects))
     return {"effects.csv": out / "effects.csv", "effects.md": out / "effects.md"}
+
+
+def _rliable_verdict(row: Mapping) -> str:
+    """``a vs b: IQM 0.85 [0.80, 0.90] vs 0.79 [0.70, 0.84], difference +0.06 [−0.02, +0.14]; P(improvement) 0.72
+    [0.45, 0.95], n=5 runs each``, with rliable's recommendation when fewer than 5."""
+    head = f"{row['setting']} vs {row['baseline']}:"
+    n = int(row["n_pairs"])
+    if n < 2:
+        return f"{head} {'no run' if n == 0 else '1 run each'}: {NEED_TWO_SEEDS}"
+    iqm, low, high, base, base_low, base_high = _plain(
+        [row[k] for k in ("iqm", "iqm_low", "iqm_high", "baseline_iqm", "baseline_iqm_low", "baseline_iqm_high")]
+    )
+    diff, diff_low, diff_high = _signed([row["mean_diff"], row["ci_low"], row["ci_high"]])
+    line = (
+        f"{head} IQM {iqm} [{low}, {high}] vs {base} [{base_low}, {base_high}], difference {diff} [{diff_low}, "
+        f"{diff_high}]; P(improvement) {row['poi']:.2f} [{row['poi_low']:.2f}, {row['poi_high']:.2f}], n={n} runs each"
+    )
+    return line + (f"; rliable recommends ≥ {RECOMMENDED_RUNS} runs" if n < RECOMMENDED_RUNS else "")
+
+
+def _plain(values: Sequence[float]) -> list[str]:
+    """Numbers with 2 significant digits of the largest (at least 2 decimals), never in exponent form."""
+    finite = [abs(v) for v in values if np.isfinite(v) and v != 0]
+    decimals = min(max(2, 1 - math.floor(math.log10(max(finite)))) if finite else 2, 8)
+    return [f"{v:.{decimals}f}".replace("-", "−") for v in values]
 
 
 def _signed(values: Sequence[float]) -> list[str]:

@@ -12,7 +12,9 @@ panel: ``success.png``, ``rows_vs_rollouts.png``, ``drops.png``, ``loss_scale.pn
 ``summary.md`` (one line per setting, :func:`agl_lab.curves.summary.summarize`; ``make readme`` copies the latter
 into the README), ``effects.csv`` and ``effects.md`` (each setting's success over the last 20% of steps against
 ``both_off``, paired by seed: :func:`agl_lab.curves.effects.compare_settings`; with the demo's one seed they say it
-needs ≥ 2) and each run's directory ``<setting>/seed-<seed>/``. ``agl-lab sweep`` writes the same files for
+needs ≥ 2), ``cells.csv`` (the finished cells the summary and panels cover, with the hash of each one's config)
+and each run's directory ``<setting>/seed-<seed>/``. Every file is written whole (temporary file + rename): a stop
+while they are written leaves the previous version, never half of one. ``agl-lab sweep`` writes the same files for
 settings × seeds (:func:`save_results`). Notebook: ``notebooks/03_short_training_runs.ipynb``.
 """
 
@@ -23,8 +25,10 @@ import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from agl_lab.config.arguments import string_list
 from agl_lab.config.compose import short_run_config
 from agl_lab.config.settings import DEMO_SETTINGS
+from agl_lab.curves.atomic_files import write_whole
 from agl_lab.curves.bands import Band
 from agl_lab.curves.effects import compare_settings, default_baseline
 from agl_lab.curves.figures import save_panels
@@ -48,8 +52,11 @@ def run_demo(
     result with ``figures`` (name → PNG path) and the summary files among them; Ctrl-C keeps what finished.
     """
     out = Path(out_dir) if out_dir is not None else Path("runs") / f"demo-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    dotlist = string_list(dotlist, name="dotlist", what="Hydra overrides like 'key.path=value'")
     seed = int(short_run_config(dotlist=dotlist).lab.seed)
-    result = run_sweep(settings, [seed], sweep_dir=out, dotlist=dotlist, executor="serial", progress=progress)
+    # the seed is the demo's one sweep seed; the sweep refuses it as an item (it sets every cell's own)
+    rest = [item for item in dotlist if item.partition("=")[0].lstrip("+") != "lab.seed"]
+    result = run_sweep(settings, [seed], sweep_dir=out, dotlist=rest, executor="serial", progress=progress)
     return save_results(result, out)  # effects against both_off (default_baseline) when the settings have it
 
 
@@ -64,12 +71,15 @@ def save_results(
     if result.table.empty:
         return result
     summary = demo_summary(result)
-    (out / "summary.csv").write_text(summary.to_csv(index=False))
-    (out / "summary.md").write_text(markdown_table(summary))
+    covered = result.cells.loc[result.cells.status == "done", ["setting", "seed", "status", "config_sha256", "run_dir"]]
+    write_whole(out / "summary.csv", summary.to_csv(index=False))
+    write_whole(out / "summary.md", markdown_table(summary))
+    write_whole(out / "cells.csv", covered.to_csv(index=False))
     result.figures = {
         **save_panels(result.table, out, band=band),
         "summary.csv": out / "summary.csv",
         "summary.md": out / "summary.md",
+        "cells.csv": out / "cells.csv",
     }
     settings = list(dict.fromkeys(result.table["setting"]))
     baseline = baseline or default_baseline(settings)

@@ -30,13 +30,15 @@ _AGL_DOCS = "https://microsoft.github.io/agent-lightning/stable/4-trainer-config
 class Check:
     """What must hold: ``setting`` − ``baseline`` (or the setting's own values, ``baseline=None``) of ``metric`` over
     ``window`` is ``higher``/``lower`` than 0 (95% interval), or ``metric`` is 0 at every step (``zero``);
-    ``none``: measured and shown, no claim."""
+    ``none``: measured and shown, no claim. ``method``: compare_settings' statistics for a comparison with a
+    baseline (``rliable``: the IQM difference's stratified-bootstrap interval, and the probability of improvement)."""
 
     setting: str
     metric: str
     expect: Literal["higher", "lower", "zero", "none"]
     window: str = "all"
     baseline: str | None = None
+    method: str = "paired_t"
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,23 @@ class Experiment:
     note: str = ""
 
 
-def _mode(mode: str, *, rollout_level: bool, cap: int | None = None) -> tuple[str, ...]:
-    return tuple(format_dotlist(setting_overrides(rollout_level=rollout_level, mode=mode, cap=cap)))
+def _mode(mode: str, *, rollout_level: bool, cap: int | None = None, level: str | None = None) -> tuple[str, ...]:
+    items = tuple(format_dotlist(setting_overrides(rollout_level=rollout_level, mode=mode, cap=cap)))
+    return items if level is None else (*items, f"{_LEVEL}={level}")
+
+
+_LEVEL = "agentlightning.trace_aggregator.level"
+_VERL_7580 = "https://github.com/verl-project/verl/pull/7580"
+# weighting-proposals: the settings it trains (each its own loss mode's diagnostics) and the baseline they face
+_PROPOSALS = {
+    "seq-mean-token-mean": _mode("seq-mean-token-mean", rollout_level=True, level="transition"),
+    "session_equal": _mode("session_equal", rollout_level=True, level="transition"),
+    "partition_preserving": _mode("partition_preserving", rollout_level=True, level="transition"),
+    "per_rollout_mean": _mode("per_rollout_mean:rows", rollout_level=True, level="transition"),
+    "trajectory": _mode("seq-mean-token-mean", rollout_level=True, level="trajectory"),
+}
+_UNWEIGHTED = "seq-mean-token-mean"
+_GAP, _ESS, _COSINE = "lab/diagnostics/gap", "lab/diagnostics/ess_fraction", "lab/diagnostics/adv_cosine"
 
 
 # The lock task reads only an answer's first word, so its length is free up to the per-call budget; the short-run
@@ -147,6 +164,43 @@ EXPERIMENTS: dict[str, Experiment] = {
                 Check("both_on_cap2", SUCCESS, "none", "last_20pct", baseline="both_on"),
                 Check("both_on_cap2", SUCCESS, "none", "all", baseline="both_on"),
             ),
+        ),
+        Experiment(
+            "weighting-proposals",
+            "When trace aggregation splits a trajectory into N rows, an objective that weighs rows alike (verl's "
+            "seq-mean-token-mean) sees a lower solve rate than the trajectories have (failing ones split more): a gap "
+            "above 0. verl PR #7580's session-equal loss_weight 1/N closes it exactly, at an effective sample size of "
+            "the row weights below 1 (the PR: +10.5 to +13.8 points closed, ESS 53-60%); Agent Lightning's "
+            "per_rollout_mean closes it too.",
+            f"verl PR #7580 (open, proposed, not released; {_VERL_7580}); verl-project/uni-agent issue #185; "
+            "Agent Lightning v1.0's per_rollout_mean; rLLM PR #512 (one row per trajectory, like the trajectory level)",
+            _PROPOSALS,
+            (
+                Check(_UNWEIGHTED, _GAP, "higher"),
+                Check("session_equal", _GAP, "zero"),
+                Check("session_equal", _ESS, "lower", baseline=_UNWEIGHTED),
+                Check("per_rollout_mean", _GAP, "zero"),
+            ),
+            shown=(
+                *(Check(s, _GAP, "none") for s in ("partition_preserving", "trajectory")),
+                *(Check(s, _GAP, "none", baseline=_UNWEIGHTED) for s in ("partition_preserving", "trajectory")),
+                *(Check(s, _ESS, "none") for s in _PROPOSALS),
+                *(Check(s, _COSINE, "none") for s in ("session_equal", "partition_preserving", "per_rollout_mean")),
+                *(
+                    Check(s, SUCCESS, "none", "last_20pct", _UNWEIGHTED, "rliable")
+                    for s in _PROPOSALS
+                    if s != _UNWEIGHTED
+                ),
+            ),
+            dotlist=(f"{_LEVEL}=transition",),
+            note="Every run measures its own loss mode's diagnostics on the rows each step trains (lab/diagnostics/*, "
+            "agl_lab.lab.diagnostics): gap = solve rate by trajectory − the solve rate the mode's objective sees "
+            "(rows weighted by their gradient mass); ess_fraction = Kish's effective sample size of the row weights ÷ "
+            "rows; adv_cosine = cosine of weighted and unweighted row advantages. Rows are LLM calls (transition "
+            "level, the PR's multi-output case) except in `trajectory` (Agent Lightning's trajectory level: a "
+            "rollout's calls merge into one row unless the lock task rewrites its context). Rollout-level advantage "
+            "is on in every setting (the PR's session-aware advantage), so only the weighting differs. Success is "
+            "compared with rliable (IQM and probability of improvement).",
         ),
     )
 }

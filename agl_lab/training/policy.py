@@ -35,6 +35,8 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
+from agl_lab.curves.atomic_files import written_whole
+
 __all__ = ["SPECIAL_TOKENS", "Policy", "build_policy", "generate", "local_model_path", "resolve_device", "score"]
 
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<eos>")  # ids 0, 1, 2 in the tiny tokenizer
@@ -64,12 +66,14 @@ class Policy:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def save(self, path: Path) -> None:
-        """``save_pretrained`` model and tokenizer: the folder loads back as ``lab.model_path``."""
+        """``save_pretrained`` model and tokenizer: the folder loads back as ``lab.model_path``. Written whole or not
+        at all (a temporary folder renamed to ``path``): a stopped save never leaves a folder that cannot load."""
         bars = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # a "Writing model shards" bar would land after the CLI's last line
         try:
-            self.model.save_pretrained(path)
-            self.tokenizer.save_pretrained(path)
+            with written_whole(path) as partial:
+                self.model.save_pretrained(partial)
+                self.tokenizer.save_pretrained(partial)
         finally:
             if bars:
                 hf_logging.enable_progress_bar()

@@ -1,27 +1,44 @@
-"""What a run borrows from its process, and gives back: torch's thread count, and how SIGTERM is handled.
+"""What a run borrows from its process, and gives back: torch's thread count, and how stop signals are handled.
 
 Both are process-wide, and a process may hold several runs at once (the training panel trains in a thread while a
 notebook cell runs another), so each is shared, not grabbed:
 
 * :func:`torch_threads` — the first run to start sets ``torch.set_num_threads(lab.cpu_threads)``, the last to end
   restores what was there; runs in between share the setting (a run asking for another count is told so).
-* :func:`sigterm_as_interrupt` — SIGTERM (what ``timeout``, schedulers and ``docker stop`` send) raises
-  :class:`Terminated`, a ``KeyboardInterrupt``, in the main thread, so a run ends as after Ctrl-C: finished steps
-  kept, the policy saved, the trackers closed with their exit records. Only the main thread can install a signal
-  handler; elsewhere the caller's handling stays as it is.
+* :func:`stop_signals` — SIGINT (Ctrl-C) raises ``KeyboardInterrupt`` and SIGTERM (what ``timeout``, schedulers and
+  ``docker stop`` send) raises :class:`Terminated`, a ``KeyboardInterrupt``, in the main thread, **once**: the run or
+  sweep ends as after Ctrl-C (finished steps kept, the policy saved, the trackers closed with their exit records).
+  Every later signal, in any rhythm, is ignored while the process stops (with one ``already stopping`` line), so the
+  stopping itself is never interrupted half-way; a process that must die now takes SIGKILL. Inside
+  :func:`deferred_signals` (where files are completed: the policy, the last records) even the first signal waits
+  until the block ends. Blocks nest: the outermost one owns the handlers, and the first
+  signal's name stays readable (:func:`stop_requested`, :func:`stopped_by`) until it ends. Only the main thread can
+  install a signal handler; elsewhere the caller's handling stays as it is.
+* :func:`exit_protected` — once a command has ended, the interpreter's exit hooks (Ray's ``shutdown``) run with the
+  stop signals ignored: a late Ctrl-C never prints a traceback from them.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import signal
 import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import torch
-
-__all__ = ["Terminated", "sigterm_as_interrupt", "torch_threads"]
+__all__ = [
+    "Terminated",
+    "deferred_signals",
+    "exit_protected",
+    "reinstall_stop_handlers",
+    "signal_exit_code",
+    "stop_requested",
+    "stop_signals",
+    "stopped_by",
+    "torch_threads",
+]
 
 
 class Terminated(KeyboardInterrupt):
@@ -37,6 +54,8 @@ _threads_set = 0
 @contextmanager
 def torch_threads(n: int) -> Iterator[None]:
     """``torch.set_num_threads(n)`` while any run holds it (``n`` = 0: unchanged); restored after the last one."""
+    import torch  # here, not above: every command handles its signals here, and printing help must not load torch
+
     global _threads_users, _threads_before, _threads_set
     with _threads_lock:
         if _threads_users == 0:
@@ -59,22 +78,114 @@ def torch_threads(n: int) -> Iterator[None]:
                 torch.set_num_threads(_threads_before)
 
 
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class _StopState:
+    """The process's stop signals: who owns the handlers, the first signal, what is deferred."""
+
+    def __init__(self) -> None:
+        self.depth = 0  # nested stop_signals blocks; the outermost installed the handlers
+        self.previous: dict[int, object] = {}
+        self.first: str | None = None  # the first stop signal's name ("SIGINT", "SIGTERM")
+        self.raised = False  # the first signal's exception was raised (or is on its way)
+        self.deferring = 0  # nested deferred_signals blocks
+        self.told = False  # the "already stopping" line was written
+
+
+_state = _StopState()
+
+
 @contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM raises :class:`Terminated` (once; a second SIGTERM while it unwinds is ignored)."""
+def stop_signals() -> Iterator[None]:
+    """Within the block the first SIGINT or SIGTERM raises ``KeyboardInterrupt`` or :class:`Terminated`; later ones
+    are ignored (module docstring). A no-op outside the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    raised = False
-
-    def handler(signum, frame):
-        nonlocal raised
-        if not raised:
-            raised = True
-            raise Terminated(f"signal {signal.Signals(signum).name}")
-
-    previous = signal.signal(signal.SIGTERM, handler)
+    outermost = _state.depth == 0
+    if outermost:
+        _state.__init__()
+        _state.previous = {sig: signal.signal(sig, _handler) for sig in _SIGNALS}
+    _state.depth += 1
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        _state.depth -= 1
+        if outermost:
+            for sig, previous in _state.previous.items():
+                signal.signal(sig, previous)
+            _state.previous = {}
+
+
+@contextmanager
+def deferred_signals() -> Iterator[None]:
+    """A stop signal arriving inside the block is raised when the block ends (if it is the first), never inside it:
+    what the block writes is written whole. Outside :func:`stop_signals` (or the main thread) a plain block."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+    _state.deferring += 1
+    try:
+        yield
+    finally:
+        _state.deferring -= 1
+    if _state.deferring == 0 and _state.depth and _state.first and not _state.raised:
+        _state.raised = True
+        raise _interrupt(_state.first)
+
+
+def signal_exit_code(name: str) -> int:
+    """The exit status a shell reports for a process ended by signal ``name``: 128 + its number (SIGINT 130,
+    SIGTERM 143), what ``timeout``, Slurm and ``docker stop`` read."""
+    return 128 + signal.Signals[name].value
+
+
+def stopped_by(exc: KeyboardInterrupt) -> str:
+    """The signal that stopped the work: the first one received (a library between the signal and the caller may
+    raise a plain ``KeyboardInterrupt`` for any signal: Ray's ``wait`` does), else what ``exc`` says."""
+    return stop_requested() or ("SIGTERM" if isinstance(exc, Terminated) else "SIGINT")
+
+
+def stop_requested() -> str | None:
+    """The name of the first stop signal received inside the current :func:`stop_signals` block, or None."""
+    return _state.first if _state.depth else None
+
+
+def reinstall_stop_handlers() -> None:
+    """Take SIGINT and SIGTERM back after a library replaced their handlers (``ray.init`` installs its own SIGTERM
+    handler, which exits without stopping anything, and Ray's core a native one that dumps a stack)."""
+    if _state.depth and threading.current_thread() is threading.main_thread():
+        for sig in _SIGNALS:
+            signal.signal(sig, _handler)
+
+
+def exit_protected() -> None:
+    """Ignore stop signals from now until the interpreter has exited (registered as the last exit hook, so it runs
+    first). For a command-line process whose command has ended; a no-op outside the main thread."""
+    if threading.current_thread() is threading.main_thread():
+        atexit.unregister(_ignore_stop_signals)
+        atexit.register(_ignore_stop_signals)
+
+
+def _handler(signum: int, frame) -> None:
+    if _state.first is not None:  # already stopping: finishing what is being written matters more
+        if not _state.told:
+            _state.told = True
+            # os.write, not print: a handler may run in the middle of another print to the same stream
+            os.write(2, b"agl-lab: already stopping (saving what finished); further signals are ignored\n")
+        return
+    _state.first = signal.Signals(signum).name
+    if _state.deferring:
+        return  # raised when the deferred block ends
+    _state.raised = True
+    raise _interrupt(_state.first)
+
+
+def _interrupt(name: str) -> KeyboardInterrupt:
+    return Terminated(f"signal {name}") if name == "SIGTERM" else KeyboardInterrupt()
+
+
+def _ignore_stop_signals() -> None:
+    for sig in _SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)

@@ -146,7 +146,9 @@ def _judged(check: Check, table: pd.DataFrame) -> dict:
         values = run_values(table, metric=check.metric, window=check.window)
         row = {"setting": check.setting, "baseline": "0", "metric": check.metric, **one_sample(values[check.setting])}
     else:
-        effects = compare_settings(table, baseline=check.baseline, metric=check.metric, window=check.window)
+        effects = compare_settings(
+            table, baseline=check.baseline, metric=check.metric, window=check.window, method=check.method
+        )
         row = effects.set_index("setting").loc[check.setting].to_dict() | {"setting": check.setting}
     if check.expect == "none":
         return row | {"verdict": verdict(row), "passed": np.nan, "outcome": ""}

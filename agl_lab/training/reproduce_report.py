@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from agl_lab.curves.atomic_files import write_whole
 from agl_lab.curves.figures import plot_bands, save_figure
 from agl_lab.curves.forest import plot_forest
 from agl_lab.curves.summary import markdown_table
@@ -44,6 +45,8 @@ def write_report(reproduction: Reproduction, out: str | Path) -> dict[str, Path]
     if len(drawable):
         forest = drawable.assign(metric=drawable["metric"] + " (" + drawable["window"] + ")")
         title = "differences (setting − baseline, paired by seed; − 0: the setting's own runs) and 95% t-intervals"
+        if (drawable.get("method") == "rliable").any():
+            title += "; rliable rows: IQM difference, stratified-bootstrap 95% interval"
         files["forest"] = save_figure(plot_forest(forest, title=title), out / "forest", formats=("png",))[0]
     for metric in dict.fromkeys(compared["metric"]):
         if metric in set(reproduction.sweep.table["metric"]):
@@ -51,7 +54,7 @@ def write_report(reproduction: Reproduction, out: str | Path) -> dict[str, Path]
             stem = "bands-" + re.sub(r"[^A-Za-z0-9]+", "_", metric).strip("_")
             files[stem] = save_figure(figure, out / stem, formats=("png",))[0]
     files["report.md"] = out / "report.md"
-    files["report.md"].write_text(report_markdown(reproduction, figures=[p.name for p in files.values()]))
+    write_whole(files["report.md"], report_markdown(reproduction, figures=[p.name for p in files.values()]))
     return files
 
 

@@ -5,7 +5,8 @@ Layout (``lab.run_dir``, or a fresh ``runs/<time>-<experiment_name>-s<seed>/`` u
     config.yaml      the resolved config, secrets as ***           (written before step 1)
     metrics.jsonl    {"step": N, "<metric>": value, ...} per step   (identical for the same seed on one machine)
     timings.jsonl    {"step": N, "timing_s/...": s, "perf/...": x}  (wall clock, kept apart so the above is exact)
-    policy/          save_pretrained model + tokenizer              (at the end, also after Stop / Ctrl-C)
+    policy/          save_pretrained model + tokenizer              (at the end, also after Stop / Ctrl-C; whole)
+    status.json      {"status": finished|stopped|failed, "steps", "exit_code"}   (at the end; absent: killed)
     wandb/           the W&B run, offline-run-*/ when offline       (trainer.logger has wandb)
     tracking.jsonl   verl's file backend                            (trainer.logger has file)
 
@@ -21,15 +22,18 @@ import datetime
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
 from agl_lab.config.secrets import redacted_yaml
+from agl_lab.curves.atomic_files import write_whole
 
-__all__ = ["RunFiles", "create_run_dir", "resolved_config_yaml"]
+__all__ = ["STATUS_FILE", "RunFiles", "create_run_dir", "finished_runs", "resolved_config_yaml"]
+
+STATUS_FILE = "status.json"
 
 
 def create_run_dir(cfg: DictConfig) -> Path:
@@ -52,6 +56,19 @@ def create_run_dir(cfg: DictConfig) -> Path:
             path = base.with_name(f"{base.name}-{n}")
 
 
+def finished_runs(roots: Iterable[str | Path]) -> list[Path]:
+    """The finished runs under ``roots``: run directories (``runs/<run>/``) and sweep cells
+    (``sweeps/<sweep>/<setting>/seed-<n>/``, a demo's ``runs/demo/<setting>/seed-<n>/``) with their config, metrics
+    and ``policy/``, which a run writes last (also when stopped); sorted by path."""
+    found = set()
+    for root in map(Path, roots):
+        for config in (path for depth in ("*", "*/*", "*/*/*") for path in root.glob(f"{depth}/config.yaml")):
+            run = config.parent
+            if (run / "metrics.jsonl").is_file() and (run / "policy").is_dir():
+                found.add(run)
+    return sorted(found)
+
+
 def resolved_config_yaml(cfg: DictConfig) -> str:
     """The config as YAML, interpolations resolved and every secret replaced by ``***``."""
     return redacted_yaml(cfg)
@@ -62,6 +79,7 @@ class RunFiles:
 
     def __init__(self, run_dir: Path, cfg: DictConfig) -> None:
         self.run_dir = run_dir
+        self.steps = 0  # steps written
         self.created: list[Path] = []
         config = run_dir / "config.yaml"
         try:
@@ -87,6 +105,14 @@ class RunFiles:
                 if exc.filename is not None or exc.errno is None:
                     raise
                 raise type(exc)(exc.errno, exc.strerror, file.name) from exc
+        self.steps += 1
+
+    def write_status(self, *, exit_code: int, stopped: bool) -> None:
+        """``status.json``: how the run ended (``finished``, ``stopped`` by a signal or the Stop button, ``failed``),
+        its finished steps and exit code (what the trackers record). Written whole; a killed run has none."""
+        status = "finished" if exit_code == 0 else "stopped" if stopped else "failed"
+        record = {"status": status, "steps": self.steps, "exit_code": exit_code}
+        write_whole(self.run_dir / STATUS_FILE, json.dumps(record, indent=1) + "\n")
 
     def close(self) -> None:
         """Close both files; a failure on one (a full disk refusing the last flush) still closes the other."""

@@ -5,7 +5,9 @@
 Ctrl-C while W&B starts, a directory another run took, a read-only disk — undoes what it made: no half-made run
 directory is left behind. :meth:`RunSession.close` then ends a run in three parts that each run even when one
 before it fails (a full disk refusing the last flush must not cost the policy or the W&B exit record): close the
-files, save the policy, finish the trackers.
+files, save the policy, record how the run ended (``status.json``), finish the trackers. The trainer runs it with stop
+signals deferred (:func:`agl_lab.training.process_state.deferred_signals`), and the policy and the status are written
+whole (:mod:`agl_lab.curves.atomic_files`), so no number of signals leaves a half-written file.
 """
 
 from __future__ import annotations
@@ -40,9 +42,11 @@ class RunSession:
         self.files.write(step, metrics, timing)
         self.tracker.log({**metrics, **timing}, step=step)
 
-    def close(self, *, save_policy: Callable[[Path], None], exit_code: int) -> list[Exception]:
-        """Close the files, save the policy to ``policy/``, finish the trackers (``exit_code`` 0: the run finished).
+    def close(self, *, save_policy: Callable[[Path], None], exit_code: int, stopped: bool = False) -> list[Exception]:
+        """Close the files, save the policy to ``policy/``, write ``status.json``, finish the trackers.
 
+        ``exit_code``: 0 when the run finished, 128 + N when signal N stopped it (130 Ctrl-C, 143 SIGTERM), else 1;
+        the trackers record it (W&B's exit code) and ``status.json`` says ``finished``, ``stopped`` or ``failed``.
         Every part runs whatever the others do; the errors come back in order (each also warned about), for the
         caller to raise the first unless an error of its own is already on its way.
         """
@@ -50,6 +54,7 @@ class RunSession:
         parts = (
             ("close metrics.jsonl/timings.jsonl", self.files.close),
             ("save the policy", lambda: save_policy(self.run_dir / "policy")),
+            ("write status.json", lambda: self.files.write_status(exit_code=exit_code, stopped=stopped)),
             ("finish the trackers", lambda: self.tracker.finish(exit_code=exit_code)),
         )
         try:

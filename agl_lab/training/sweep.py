@@ -5,13 +5,17 @@ bands. Each cell is a short run (``agl_lab.short_run_config``: Agent Lightning's
 sizes, your ``overrides`` and ``dotlist``, then the setting's own dotlist) in its own run directory,
 ``<sweep_dir>/<setting>/seed-<seed>/``, with a ``cell.json`` recording its setting, seed, dotlist, status
 (``running``, ``done``, ``failed`` with the error) and the hash of the resolved config it ran
-(:mod:`agl_lab.training.sweep_cells`). Running the same sweep again skips the cells done with the same config and
-reruns the rest (failed, interrupted, or changed: other steps, a setting redefined); a failing or damaged cell never
+(:mod:`agl_lab.training.sweep_cells`). Running the same sweep again skips the cells done with the same config,
+reruns the unfinished ones (failed, interrupted, damaged: warned about per cell) and trains new seeds or settings
+beside them; finished cells whose config changed are never replaced: the sweep is refused before anything runs,
+naming what changed (:func:`~agl_lab.training.sweep_cells.refuse_changed`, exit 4). A failing or damaged cell never
 loses the others. The result is one long-form table (``history.COLUMNS``) over all finished cells.
 
-A sweep holds its directory while it runs (:func:`agl_lab.training.locks.directory_lock`): a second sweep into it is
-refused, never mixed in. Duplicate seeds, and settings that resolve to the same config, are refused before anything
-runs (each would be trained and counted twice). SIGTERM stops a serial sweep like Ctrl-C: finished cells are kept.
+Every cell is planned and every setting checked before the first cell trains (:mod:`agl_lab.training.sweep_plan`). A
+sweep holds its directory while it runs (:func:`agl_lab.training.locks.directory_lock`): a second sweep into it is
+refused, never mixed in. Ctrl-C or SIGTERM stops it, serial or on Ray, keeping the finished cells
+(:mod:`agl_lab.training.process_state`): on Ray the running cells are cancelled, each stopping like Ctrl-C in its
+worker (its steps and policy kept), and the Ray instance the sweep started is shut down.
 
 A cell trains with ``lab.cpu_threads`` torch threads (1 by default) whichever executor runs it, so Ray and
 serial sweeps give the same numbers for the same seeds. Ray workers register ``per_rollout_mean`` through
@@ -22,9 +26,8 @@ Notebook: ``notebooks/04_reproduce_curves.ipynb``.
 
 from __future__ import annotations
 
-import numbers
-import re
 import shutil
+import signal
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
@@ -36,19 +39,27 @@ from typing import Any, Literal
 import pandas as pd
 from tqdm.auto import tqdm
 
+from agl_lab.config.arguments import string_list
 from agl_lab.config.compose import short_run_config
-from agl_lab.config.doctor import bad_keys_and_values, raise_for_errors
 from agl_lab.config.lab_config import lab_field_rule
 from agl_lab.config.secrets import mask_secrets, secret_values
 from agl_lab.training.locks import directory_lock
-from agl_lab.training.process_state import Terminated, sigterm_as_interrupt
+from agl_lab.training.process_state import (
+    Terminated,
+    deferred_signals,
+    reinstall_stop_handlers,
+    stop_signals,
+    stopped_by,
+)
 from agl_lab.training.ray_start import start_ray
-from agl_lab.training.sweep_cells import Cell, cell_status, collect, config_sha256, write_status
+from agl_lab.training.sweep_cells import Cell, cell_status, collect, refuse_changed, warn_reruns, write_status
+from agl_lab.training.sweep_plan import plan_sweep
 from agl_lab.training.trainer import train
 
 __all__ = ["Cell", "SweepResult", "plan_sweep", "run_cell", "run_sweep", "shared_ray"]
 
 Executor = Literal["ray", "serial"]
+CANCEL_WAIT_S = 60.0  # how long a stopped Ray sweep waits for its cancelled cells to save what they finished
 
 
 @dataclass
@@ -60,64 +71,6 @@ class SweepResult:
     interrupted_by: str | None = None  # "SIGINT" (Ctrl-C) or "SIGTERM"
     figures: dict[str, Path] = field(default_factory=dict)  # figures saved from the table (the demo saves them)
     effects: pd.DataFrame | None = None  # compare_settings against the baseline, once save_results has run
-
-
-def plan_sweep(
-    settings: Mapping[str, Sequence[str]],
-    seeds: Sequence[int],
-    *,
-    sweep_dir: str | Path,
-    overrides: Mapping[str, Any] | None = None,
-    dotlist: Sequence[str] = (),
-) -> list[Cell]:
-    """The cells of a sweep; every cell's config is composed now, and an unknown key or value (a typo) refused, so
-    a bad setting fails before anything runs. What the doctor refuses of known values fails that cell alone.
-
-    Refused too: duplicate seeds, seeds that are not integers >= 0, setting names that differ only in case (one
-    directory on many file systems), and settings that resolve to the same config.
-    """
-    if not settings:
-        raise ValueError("settings is empty: give at least one {name: [key=value, ...]}")
-    seeds = _checked_seeds(seeds)
-    root = Path(sweep_dir)
-    cells, names, configs = [], {}, {}
-    for name, items in settings.items():
-        if not re.fullmatch(r"[A-Za-z0-9_.+-]+", name):
-            raise ValueError(f"setting name {name!r} must be letters, digits or _ . + - (it names a directory)")
-        if name.lower() in names:
-            raise ValueError(f"settings {names[name.lower()]!r} and {name!r} differ only in case: rename one")
-        names[name.lower()] = name
-        if isinstance(items, str):
-            raise ValueError(f"setting {name!r} must be a list of key=value items, got the string {items!r}")
-        for seed in seeds:
-            run_dir = root / name / f"seed-{seed}"
-            cell_dotlist = (
-                *dotlist,
-                *items,
-                f"lab.seed={seed}",
-                f"lab.run_dir={run_dir}",
-                f"trainer.experiment_name={name}",
-            )
-            cfg = short_run_config(overrides, cell_dotlist)  # raises ConfigError naming the problem
-            if seed == seeds[0]:  # the setting's config without its name (names flow into other keys)
-                raise_for_errors(bad_keys_and_values(cfg))  # a typo'd value; the doctor's other errors fail the cell
-                unnamed = short_run_config(overrides, (*dotlist, *items, f"lab.seed={seed}"))
-                same = configs.setdefault(config_sha256(unnamed), name)
-                if same != name:
-                    raise ValueError(
-                        f"settings {same!r} and {name!r} resolve to the same config: each cell would be trained "
-                        "twice and counted twice; drop one, or make them differ"
-                    )
-            cells.append(
-                Cell(
-                    setting=name,
-                    seed=seed,
-                    dotlist=cell_dotlist,
-                    run_dir=str(run_dir),
-                    config_sha256=config_sha256(cfg),
-                )
-            )
-    return cells
 
 
 def run_sweep(
@@ -146,11 +99,13 @@ def run_sweep(
         modes = lab_field_rule("wandb_mode")["choices"]
         if wandb_mode not in modes:
             raise ValueError(f"wandb_mode must be one of {list(modes)} (or None), got {wandb_mode!r}")
-        dotlist = [*dotlist, f"lab.wandb_mode={wandb_mode}"]
+        dotlist = [*string_list(dotlist, name="dotlist", what="Hydra overrides"), f"lab.wandb_mode={wandb_mode}"]
     cells = plan_sweep(settings, seeds, sweep_dir=sweep_dir, overrides=overrides, dotlist=dotlist)
     stopped, interrupted_by = False, None
-    with directory_lock(sweep_dir, purpose="sweep"), sigterm_as_interrupt():
+    with directory_lock(sweep_dir, purpose="sweep"), stop_signals():
+        refuse_changed(cells, sweep_dir=Path(sweep_dir), config=lambda cell: short_run_config(overrides, cell.dotlist))
         todo = [cell for cell in cells if cell_status(cell) != "done"]
+        warn_reruns(todo)
         bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc="sweep cells", disable=not progress)
         try:
             if executor == "serial":
@@ -160,20 +115,25 @@ def run_sweep(
             else:
                 _run_on_ray(todo, overrides, address=address, num_cpus=num_cpus, bar=bar)
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: what finished is kept and returned; the next run resumes
-            stopped, interrupted_by = True, "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+            stopped, interrupted_by = True, stopped_by(exc)
         finally:
             bar.close()
-        table, cell_lines = collect(cells)
+        try:
+            with deferred_signals():  # the table is read whole; a first signal meanwhile counts as a stop
+                table, cell_lines = collect(cells)
+        except KeyboardInterrupt as exc:
+            stopped, interrupted_by = True, stopped_by(exc)
     return SweepResult(
         sweep_dir=Path(sweep_dir), table=table, cells=cell_lines, stopped=stopped, interrupted_by=interrupted_by
     )
 
 
 def run_cell(cell: Cell, overrides: Mapping[str, Any] | None, *, progress: bool = False) -> str:
-    """Run one cell in this process and record its status; a failure is recorded, not raised."""
+    """Run one cell in this process and record its status; a failure is recorded, not raised; a stop (Ctrl-C,
+    SIGTERM) is raised again as the same kind after the run kept its finished steps."""
     run_dir = Path(cell.run_dir)
     if run_dir.exists():
-        shutil.rmtree(run_dir)  # an interrupted, failed or changed attempt: start the cell afresh
+        shutil.rmtree(run_dir)  # an interrupted or failed attempt (run_sweep warned): start the cell afresh
     run_dir.mkdir(parents=True)
     write_status(cell, "running")
     start = time.perf_counter()
@@ -183,8 +143,8 @@ def run_cell(cell: Cell, overrides: Mapping[str, Any] | None, *, progress: bool 
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         write_status(cell, "failed", error=mask_secrets(error, secret_values(cell.dotlist)))
         return "failed"
-    if result.stopped:  # Ctrl-C or SIGTERM: the cell stays "running", so the next sweep reruns it
-        raise KeyboardInterrupt
+    if result.stopped:  # the cell stays "running", so the next sweep reruns it
+        raise Terminated("signal SIGTERM") if result.interrupted_by == "SIGTERM" else KeyboardInterrupt()
     write_status(cell, "done", wall_s=round(time.perf_counter() - start, 1))
     return "done"
 
@@ -206,20 +166,29 @@ _SHARED: list[ExitStack] = []  # the open shared_ray() blocks of this process, i
 
 
 def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: int | None, bar) -> None:
+    """The cells as Ray tasks. A stop cancels the running tasks (each run then stops as after Ctrl-C, keeping its
+    steps), waits for them up to :data:`CANCEL_WAIT_S`, and shuts down the Ray instance the sweep started."""
     import ray
 
     if not cells:
         return
-    started_here = start_ray(address=address, num_cpus=num_cpus)  # False: a Ray already started (start_ray's)
+    try:
+        started_here = start_ray(address=address, num_cpus=num_cpus)  # False: a Ray already running (start_ray's)
+    except SystemExit as exc:  # while it starts, Ray's own handler turns SIGTERM into sys.exit(15)
+        if exc.code == signal.SIGTERM:
+            raise Terminated("signal SIGTERM") from None
+        raise
     if started_here:
         if _SHARED:  # it outlives this sweep, until the shared_ray() block ends
             _SHARED[-1].callback(ray.shutdown)
             started_here = False
+    reinstall_stop_handlers()  # ray.init replaced the SIGTERM handler (and its core a native one that dumps stacks)
+    pending: dict[Any, Cell] = {}
     try:
         task = ray.remote(num_cpus=1, max_retries=0)(run_cell)
         pending = {task.remote(cell, dict(overrides or {})): cell for cell in cells}
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
+        while pending:  # a timeout, so that a signal's handler runs within a second of its arrival
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
             for ref in done:
                 cell = pending.pop(ref)
                 try:
@@ -228,22 +197,11 @@ def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: 
                     error = mask_secrets(f"Ray task failed: {type(exc).__name__}: {exc}", secret_values(cell.dotlist))
                     write_status(cell, "failed", error=error)
                 bar.update()
+    except KeyboardInterrupt:
+        for ref in pending:  # each running cell stops at its step boundary and saves what it finished
+            ray.cancel(ref, force=False)
+        ray.wait(list(pending), num_returns=len(pending), timeout=CANCEL_WAIT_S)
+        raise
     finally:
         if started_here:  # a Ray instance the sweep started goes with it; one you started stays yours
             ray.shutdown()
-
-
-def _checked_seeds(seeds: Sequence[int]) -> list[int]:
-    if isinstance(seeds, str | bytes) or not seeds:
-        raise ValueError(
-            "seeds is empty: give at least one seed" if not seeds else f"seeds must be a list, got {seeds!r}"
-        )
-    out = []
-    for seed in seeds:
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= 2**32 - 1:
-            raise ValueError(f"seeds must be integers in [0, 2**32-1] (lab.seed), got {seed!r}")
-        out.append(int(seed))
-    repeated = sorted({seed for seed in out if out.count(seed) > 1})
-    if repeated:
-        raise ValueError(f"seeds {repeated} appear more than once: each would be trained twice and counted twice")
-    return out

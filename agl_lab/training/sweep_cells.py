@@ -3,8 +3,13 @@
 ``<sweep_dir>/<setting>/seed-<n>/cell.json`` records the cell's setting, seed, dotlist (secrets as ``***``), status
 (``running``, ``done``, ``failed`` with its error), wall time and ``config_sha256``: the hash of the resolved config
 the cell trained with (secrets masked, its own directory left out, so a sweep moved elsewhere still matches). A cell
-is done only for that exact config: rerunning a sweep whose steps, settings or overrides changed reruns the cells
-they change. The record is replaced atomically, so a killed sweep never leaves half of one.
+is done only for that exact config. Finished work is never replaced silently: a sweep rerun into the same folder whose
+config changed for a finished cell (other steps, a setting redefined, another shared item) is refused before anything
+runs (:func:`refuse_changed`, exit 4), naming what changed and how to start anew; a sweep folder holds one config per
+setting, so its summary and panels always describe one experiment. What a rerun does run — interrupted, failed or
+damaged cells, and new seeds or settings — is warned about per cell when a folder held steps
+(:func:`warn_reruns`). The record is written whole (temporary file + rename), so a killed sweep or a full disk never
+leaves half of one, nor a stray temporary file.
 
 :func:`collect` reads every cell on its own: a cell whose record or metrics are damaged is listed as ``damaged`` with
 the reason, and the table holds every other cell.
@@ -14,22 +19,35 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from agl_lab.config.dotlist import hydra_value
 from agl_lab.config.secrets import redact, redact_argv
+from agl_lab.config.tree import leaves
+from agl_lab.curves.atomic_files import write_whole
 from agl_lab.curves.history import COLUMNS, read_run_dir
 from agl_lab.curves.jsonl import DamagedFileWarning, read_jsonl, read_text_file
 
-__all__ = ["CELL_FILE", "Cell", "cell_status", "collect", "config_sha256", "write_status"]
+__all__ = ["CELL_FILE", "Cell", "CellRerunWarning", "SweepChangedError", "cell_status", "collect", "config_sha256"]
+__all__ += ["refuse_changed", "warn_reruns", "write_status"]
 
 CELL_FILE = "cell.json"
+
+
+class SweepChangedError(FileExistsError):
+    """The sweep folder holds finished cells of another config: rerunning would replace them (exit 4)."""
+
+
+class CellRerunWarning(UserWarning):
+    """An unfinished cell (interrupted, failed, damaged) is rerun from its first step."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +61,12 @@ class Cell:
     config_sha256: str = ""
 
 
-def config_sha256(cfg: DictConfig, *, leave_out: tuple[str, ...] = ("lab.run_dir",)) -> str:
+# Keys that change no result: where a run is written, how its curves are shown. A finished cell stays finished when
+# only these differ (and a sweep made before the curve keys existed keeps its cells).
+_NOT_RESULTS = ("lab.run_dir", "lab.curve_smoothing", "lab.curve_overlay")
+
+
+def config_sha256(cfg: DictConfig, *, leave_out: tuple[str, ...] = _NOT_RESULTS) -> str:
     """sha256 of the resolved config (secrets masked), without the keys in ``leave_out``."""
     container = redact(OmegaConf.to_container(cfg, resolve=True))
     for path in leave_out:
@@ -78,13 +101,66 @@ def cell_status(cell: Cell) -> str | None:
 
 
 def write_status(cell: Cell, status: str, *, error: str | None = None, wall_s: float | None = None) -> None:
-    """Replace the cell's record atomically (written beside it, then renamed over it)."""
+    """Replace the cell's record whole (:mod:`agl_lab.curves.atomic_files`): a full disk leaves the old record and no
+    temporary file, and its error names ``cell.json``."""
     record = {**asdict(cell), "dotlist": redact_argv(list(cell.dotlist))}
     record.update(status=status, error=error, wall_s=wall_s)
-    path = Path(cell.run_dir) / CELL_FILE
-    partial = path.with_name(f".{CELL_FILE}.{os.getpid()}.partial")
-    partial.write_text(json.dumps(record, indent=1))
-    os.replace(partial, path)
+    write_whole(Path(cell.run_dir) / CELL_FILE, json.dumps(record, indent=1))
+
+
+def refuse_changed(cells: list[Cell], *, sweep_dir: Path, config: Callable[[Cell], DictConfig]) -> None:
+    """Raise :class:`SweepChangedError` when a cell finished with another config than the one planned for it
+    (``config``: a cell's planned config, for naming what changed). Nothing is deleted or rerun then."""
+    changed = [cell for cell in cells if cell_status(cell) == "changed"]
+    if not changed:
+        return
+    changes: dict[str, str] = {}
+    for cell in changed:
+        changes.update(_changes(cell, config(cell)))
+    what = "; ".join(f"{key}: {change}" for key, change in list(changes.items())[:6])
+    what += f"; and {len(changes) - 6} more" if len(changes) > 6 else ""
+    named = ", ".join(f"{cell.setting} seed {cell.seed}" for cell in changed[:4])
+    named += f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+    raise SweepChangedError(
+        f"{sweep_dir} holds {len(changed)} finished cell(s) trained with another config ({named}): "
+        f"{what or 'their config.yaml is missing, so what changed cannot be shown'}. Rerunning them would replace "
+        f"finished work, so nothing ran: to keep them, give this sweep another folder (--out / sweep_dir); to start "
+        f"anew here, delete {sweep_dir} first. One folder holds one config per setting: to extend a sweep, add seeds "
+        "or settings and keep every other item as it was"
+    )
+
+
+def warn_reruns(cells: list[Cell]) -> None:
+    """Warn, per cell about to be rerun from its first step, what its folder held (an interrupted or failed run's
+    steps are replaced: a cell counts only once it has finished)."""
+    for cell in cells:
+        status = cell_status(cell)
+        if status is None:
+            continue
+        metrics = Path(cell.run_dir) / "metrics.jsonl"
+        steps = len(metrics.read_bytes().splitlines()) if metrics.is_file() else 0
+        warnings.warn(
+            f"{cell.setting} seed {cell.seed} was {status} after {steps} step(s): it is rerun from step 1 in "
+            f"{cell.run_dir}",
+            CellRerunWarning,
+            stacklevel=3,
+        )
+
+
+def _changes(cell: Cell, cfg: DictConfig) -> dict[str, str]:
+    """``key -> "old -> new"`` between the config the cell ran (its config.yaml) and ``cfg`` (secrets masked)."""
+    try:
+        old = yaml.safe_load(read_text_file(Path(cell.run_dir) / "config.yaml", what="YAML file"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return {}
+    new = redact(OmegaConf.to_container(cfg, resolve=True))
+    before, after = dict(leaves(old if isinstance(old, dict) else {})), dict(leaves(new))
+    keys = [key for key in dict.fromkeys([*before, *after]) if key not in _NOT_RESULTS]
+    return {
+        key: f"{hydra_value(before.get(key))} -> {hydra_value(after.get(key))}"
+        for key in keys
+        if before.get(key) != after.get(key)
+    }
 
 
 def collect(cells: list[Cell]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -92,7 +168,7 @@ def collect(cells: list[Cell]) -> tuple[pd.DataFrame, pd.DataFrame]:
     rows, tables = [], []
     for cell in cells:
         line: dict[str, Any] = {"setting": cell.setting, "seed": cell.seed, "status": "not run", "error": None}
-        line.update(wall_s=None, run_dir=cell.run_dir)
+        line.update(wall_s=None, run_dir=cell.run_dir, config_sha256=cell.config_sha256)
         try:
             record = _read(cell) or {}
             line.update({key: record[key] for key in ("status", "error", "wall_s") if key in record})

@@ -5,10 +5,8 @@ fails to start or to log is warned about once and dropped while the run and the 
 tracker must never cost a researcher a finished run. Everything a backend writes lands in the run directory:
 
 * W&B: the run sits at ``<run_dir>/wandb/offline-run-*/`` (or ``run-*`` online). ``lab.wandb_mode`` chooses the
-  mode for this run (a sweep sets it per cell); with ``auto``, ``WANDB_MODE`` when set, else offline unless a key is
-  configured (``WANDB_API_KEY`` or a ``wandb login`` entry in ``~/.netrc``); ``wandb sync`` uploads it later.
-  W&B reads ``WANDB_*`` variables once per process, so the directory and mode go through ``wandb.setup`` for each
-  run instead (and are restored after it starts).
+  mode for this run (a sweep sets it per cell; :mod:`agl_lab.training.wandb_mode`); online without a reachable server
+  the run logs offline, with a warning saying where, instead of stalling; ``wandb sync`` uploads it later.
 * ``file``: ``<run_dir>/tracking.jsonl`` (verl's ``{"step": N, "data": {...}}`` lines); ``tensorboard``:
   ``<run_dir>/tensorboard/``. Paths you set yourself (``VERL_FILE_LOGGER_PATH``, ``TENSORBOARD_DIR``) win.
 
@@ -26,8 +24,9 @@ numbers (verl's metric helpers return numpy scalars, which JSON writers refuse).
 from __future__ import annotations
 
 import contextlib
-import netrc
+import functools
 import os
+import shutil
 import sys
 import threading
 import warnings
@@ -41,6 +40,7 @@ from verl.utils.tracking import Tracking
 
 from agl_lab.config.secrets import redact, redact_argv
 from agl_lab.curves.wandb_offline import wait_for_exit
+from agl_lab.training.wandb_mode import point_wandb_at, wandb_key_configured
 
 __all__ = [
     "ConcurrentRunError",
@@ -159,21 +159,27 @@ def open_tracker(cfg: DictConfig, *, run_dir: Path, tracking_cls: Callable[..., 
     wandb_run = None
     mode = OmegaConf.select(cfg, "lab.wandb_mode", default="auto")
     wandb_mode = None if mode == "auto" else mode
-    with _start_lock, _backend_env(run_dir, wandb_backend="wandb" in names, wandb_mode=wandb_mode):
+    with _start_lock, _backend_env(run_dir, wandb_backend="wandb" in names, wandb_mode=wandb_mode) as started:
         for name in names:
+            start = functools.partial(
+                tracking_cls,
+                project_name=cfg.trainer.project_name,
+                experiment_name=cfg.trainer.experiment_name,
+                default_backend=[name],
+                config=config,
+            )
             try:
-                backends[name] = tracking_cls(
-                    project_name=cfg.trainer.project_name,
-                    experiment_name=cfg.trainer.experiment_name,
-                    default_backend=[name],
-                    config=config,
-                )
+                backends[name] = start()
             except Exception as exc:  # noqa: BLE001 — an unknown backend (verl asserts), no network, missing package
-                _warn(
-                    f"tracker backend {name!r} failed to start ({type(exc).__name__}: {exc}); "
-                    "the run goes on without it"
-                )
-                continue
+                online = name == "wandb" and started.get("wandb") == "online"
+                if online and (backend := _offline_retry(start, exc, run_dir)):
+                    backends[name] = backend
+                else:
+                    _warn(
+                        f"tracker backend {name!r} failed to start ({type(exc).__name__}: {exc}); "
+                        "the run goes on without it"
+                    )
+                    continue
             if name == "wandb":
                 wandb_run = _wandb_location(run_dir)
     return Tracker(backends, wandb_run=wandb_run)
@@ -191,23 +197,13 @@ def plain_metrics(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def wandb_key_configured() -> bool:
-    """Whether W&B could log online: ``WANDB_API_KEY`` is set or ``wandb login`` left a key in ``~/.netrc``."""
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    try:
-        return netrc.netrc().authenticators("api.wandb.ai") is not None
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
-        return False
-
-
 def _names(cfg: DictConfig) -> list[str]:
     names = cfg.trainer.logger
     return list(dict.fromkeys([names] if isinstance(names, str) else list(names or [])))
 
 
 @contextlib.contextmanager
-def _backend_env(run_dir: Path, *, wandb_backend: bool, wandb_mode: str | None = None) -> Iterator[None]:
+def _backend_env(run_dir: Path, *, wandb_backend: bool, wandb_mode: str | None = None) -> Iterator[dict[str, str]]:
     """Point every backend at ``run_dir`` while they start (they read these settings only then); hide secrets."""
     paths = {"VERL_FILE_LOGGER_PATH": str(run_dir / "tracking.jsonl"), "TENSORBOARD_DIR": str(run_dir / "tensorboard")}
     chosen = {k: v for k, v in paths.items() if k not in os.environ}  # paths the user set stay theirs
@@ -215,13 +211,14 @@ def _backend_env(run_dir: Path, *, wandb_backend: bool, wandb_mode: str | None =
     argv = sys.argv
     sys.argv = redact_argv(argv)  # W&B records the command line, which may hold agentlightning.agl_key=...
     restore_wandb = None
+    started: dict[str, str] = {}  # backend -> the mode it starts in (W&B's)
     if wandb_backend:
         try:
-            restore_wandb = _point_wandb_at(run_dir, wandb_mode)
+            restore_wandb, started["wandb"] = point_wandb_at(run_dir, wandb_mode, warn=_warn)
         except Exception as exc:  # noqa: BLE001 — the wandb backend will then fail to start, with its own warning
             _warn(f"could not point W&B at the run directory ({type(exc).__name__}: {exc})")
     try:
-        yield
+        yield started
     finally:
         sys.argv = argv
         for key in chosen:
@@ -230,17 +227,23 @@ def _backend_env(run_dir: Path, *, wandb_backend: bool, wandb_mode: str | None =
             restore_wandb()
 
 
-def _point_wandb_at(run_dir: Path, mode: str | None = None) -> Callable[[], None]:
-    """Set W&B's process-wide directory and mode (``None``: the default) for the next ``wandb.init``; return what
-    puts them back."""
+def _offline_retry(start: Callable[[], Any], exc: Exception, run_dir: Path) -> Any:
+    """W&B failed to start online (a server that accepted the probe, then did not answer): start it offline in the
+    same run directory; None if that fails too."""
     import wandb
 
-    settings = wandb.setup().settings
-    previous = {name: getattr(settings, name) for name in ("root_dir", "mode", "silent")}
-    mode = mode or os.environ.get("WANDB_MODE") or ("online" if wandb_key_configured() else "offline")
-    # silent: the trainer reports where the W&B run is; wandb's banner would bury the CLI's last line
-    wandb.setup(settings=wandb.Settings(root_dir=str(run_dir), mode=mode, silent=True))
-    return lambda: wandb.setup(settings=wandb.Settings(**{k: v for k, v in previous.items() if v is not None}))
+    for attempt in (run_dir / "wandb").glob("run-*"):  # the online run that never started: not a run to read back
+        shutil.rmtree(attempt, ignore_errors=True)
+    try:
+        wandb.setup(settings=wandb.Settings(mode="offline"))
+        backend = start()
+    except Exception:  # noqa: BLE001 — reported by the caller with the first error
+        return None
+    _warn(
+        f"W&B could not start online ({type(exc).__name__}: {exc}); this run logs to W&B offline instead, in "
+        f"{run_dir / 'wandb'} (`wandb sync {run_dir / 'wandb'}/offline-run-*` uploads it later)"
+    )
+    return backend
 
 
 def _wandb_location(run_dir: Path) -> str | None:

@@ -6,10 +6,11 @@ Each step (AGL_FACTS.md §Trainer step order):
    (:mod:`agl_lab.training.rollout`), then trace aggregation into rows (:func:`agl_lab.core.aggregation.aggregate`,
    ``agentlightning.trace_aggregator.*``) — Agent Lightning's adapter metrics;
 2. :func:`agl_lab.select_rows`: marked rows out, mini-batch alignment, ``max_ppo_update_times`` — the drop
-   counters; a step with nothing left is skipped with a warning;
+   counters and ``lab/partially_dropped_rollouts``; a step with nothing left is skipped with a warning;
 3. old log-probs (``actor/entropy``) and, for a KL term, reference log-probs of the initial policy;
 4. :func:`agl_lab.compute_advantages`: rewards, rollout-level or verl advantage, ``per_rollout_mean``
-   normalization — verl's data metrics and ``training/rollout_level_advantage/*``;
+   normalization — verl's data metrics, ``training/rollout_level_advantage/*`` and, on the advantages before the
+   loss's normalization, the weighting diagnostics ``lab/diagnostics/*`` (:mod:`agl_lab.lab.diagnostics`);
 5. the PPO update with the policy loss from verl's registry — ``actor/*``.
 
 Steps 3 and 5 run on the backend ``lab.actor`` names: ``lab`` = agl_lab's own update loop on the lab's policy
@@ -36,22 +37,26 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 import torch
-from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 from verl.trainer.ppo.core_algos import agg_loss, get_kl_controller
-from verl.utils.config import omega_conf_to_dataclass
 
-from agl_lab.config.checks import lab_estimator_problem
-from agl_lab.config.compose import ConfigError
-from agl_lab.config.doctor import diagnose, raise_for_errors
 from agl_lab.core.aggregation import aggregate, aggregation_limits
-from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, select_rows
+from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, normalize_for_loss, select_rows
+from agl_lab.core.update_cap import partially_dropped
+from agl_lab.lab.diagnostics import step_diagnostics
 from agl_lab.lab.loss_scale import loss_scale
 from agl_lab.lab.rollout_mass import multi_row_mass
 from agl_lab.training.actor import LabActor, compute_log_probs
 from agl_lab.training.policy import build_policy
-from agl_lab.training.process_state import Terminated, sigterm_as_interrupt, torch_threads
+from agl_lab.training.preflight import check_trainable
+from agl_lab.training.process_state import (
+    deferred_signals,
+    signal_exit_code,
+    stop_signals,
+    stopped_by,
+    torch_threads,
+)
 from agl_lab.training.rollout import collect_rollouts, sampling_params
 from agl_lab.training.session import open_session
 from agl_lab.training.tasks import make_task
@@ -95,8 +100,8 @@ def train(
     each step's metrics.jsonl record (``step`` + metrics) once the step is written. ``progress``: a tqdm bar.
     Files and trackers: :mod:`agl_lab.training.session` (nothing half-made if the run fails before step 1).
     """
-    steps, actor = _check(cfg)
-    with torch_threads(int(cfg.lab.cpu_threads)), sigterm_as_interrupt():
+    steps, actor = check_trainable(cfg)
+    with torch_threads(int(cfg.lab.cpu_threads)), stop_signals():
         return _train(cfg, steps=steps, actor=actor, stop_event=stop_event, on_step=on_step, progress=progress)
 
 
@@ -111,13 +116,14 @@ def _train(
 ) -> TrainResult:
     run = _Run(cfg, actor=actor, total_steps=steps)  # builds the policy: a bad model path fails before any file
     with run.backend:  # closed last: the policy is saved first (the verl backend syncs it after every update)
-        session = open_session(cfg, tracker_factory=open_tracker)
         history: list[dict[str, Any]] = []
         timings: list[dict[str, Any]] = []
         stopped = finished = False
         interrupted_by = None
-        bar = tqdm(total=steps, desc=f"{cfg.trainer.experiment_name} s{cfg.lab.seed}", disable=not progress)
+        session = bar = None
         try:
+            session = open_session(cfg, tracker_factory=open_tracker)  # undoes itself when stopped half-way
+            bar = tqdm(total=steps, desc=f"{cfg.trainer.experiment_name} s{cfg.lab.seed}", disable=not progress)
             for step in range(1, steps + 1):
                 if stop_event is not None and stop_event.is_set():
                     stopped = True
@@ -132,10 +138,17 @@ def _train(
                     on_step(history[-1])
             finished = not stopped
         except KeyboardInterrupt as exc:
-            stopped, interrupted_by = True, "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+            if session is None:  # stopped before the run had files: nothing to keep, the caller reports the stop
+                raise
+            stopped, interrupted_by = True, stopped_by(exc)
         finally:  # also on an error: what finished stays on disk, the policy is saved and the trackers are closed
-            bar.close()
-            close_errors = session.close(save_policy=run.policy.save, exit_code=0 if finished else 1)
+            if bar is not None:
+                bar.close()
+            if session is not None:
+                # a signal now waits until the files are whole (and is raised after them, if it is the first)
+                with deferred_signals():
+                    code = 0 if finished else signal_exit_code(interrupted_by) if interrupted_by else 1
+                    close_errors = session.close(save_policy=run.policy.save, exit_code=code, stopped=stopped)
         if close_errors:  # only when the run itself raised nothing: that error would be the one to see
             raise close_errors[0]
         return TrainResult(
@@ -191,6 +204,7 @@ class _Run:
             rows, adapter_metrics = aggregate(rollouts, **self.limits, pad_token_id=self.policy.pad_token_id)
         with _timed(timing, "drop"):
             batch, drop_metrics = select_rows(rows, cfg, seed=self._seed(4, step))
+            drop_metrics.update(partially_dropped(rows, batch))  # rollouts trained in part (lab.cap_drop_unit)
         metrics = {**task_metrics, **adapter_metrics, **drop_metrics}
         if len(batch) == 0:  # select_rows warned (EmptyBatchWarning): Agent Lightning skips the step
             return metrics, 0
@@ -210,7 +224,9 @@ class _Run:
                     with_entropy=False,
                 )
         with _timed(timing, "adv"):
-            batch, adv_metrics = compute_advantages(batch, cfg, kl_ctrl=self.kl_ctrl)
+            batch, adv_metrics = compute_advantages(batch, cfg, kl_ctrl=self.kl_ctrl, normalize=False)
+            adv_metrics.update(step_diagnostics(batch, cfg))  # verl PR #7580's table, every mode, as estimated
+            normalize_for_loss(batch, cfg)
             adv_metrics["lab/loss_scale"] = loss_scale(batch, cfg)
             adv_metrics.update(multi_row_mass(batch, cfg))  # multi-row rollouts' share of the mass vs of rollouts
             # the same on one update's scale: token-mean gives each mini-batch 1, per_rollout_mean shares its total
@@ -225,28 +241,6 @@ class _Run:
     def _seed(self, stream: int, step: int) -> int:
         """A seed per (stream, step): each step's randomness is fixed by lab.seed alone, whatever came before."""
         return int(np.random.SeedSequence([self.seed, stream, step]).generate_state(1)[0])
-
-
-def _check(cfg: DictConfig) -> tuple[int, Any]:
-    """The doctor's errors, the step count and verl's own ActorConfig checks, before anything is written."""
-    raise_for_errors(diagnose(cfg))
-    if problem := lab_estimator_problem(cfg):
-        raise ConfigError(f"config has problems:\n  - {problem}")
-    steps = cfg.trainer.total_training_steps
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ConfigError(
-            f"trainer.total_training_steps must be a positive integer for a short run, got {steps!r}: "
-            "set it, e.g. trainer.total_training_steps=40 (agl_lab.short_run_config sets it)"
-        )
-    try:
-        actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
-        actor.validate(n_gpus=1, train_batch_size=int(cfg.data.train_batch_size))
-    except (InstantiationException, ValueError, AssertionError) as exc:
-        cause = exc.__cause__ or exc
-        raise ConfigError(
-            f"verl refuses actor_rollout_ref.actor: {cause} (agl_lab.short_run_config sizes the batch for a short run)"
-        ) from exc
-    return steps, actor
 
 
 def _backend(cfg: DictConfig, run: _Run, *, total_steps: int) -> ActorBackend:

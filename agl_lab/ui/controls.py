@@ -1,4 +1,4 @@
-"""Building blocks of the notebooks' widget panels (ipywidgets 8): the settings controls and live figures.
+"""Building blocks of the notebooks' widget panels (ipywidgets 8): the settings controls.
 
 The settings controls are built from the catalogues (:mod:`agl_lab.config.settings`, :mod:`agl_lab.config.modes`),
 so every panel offers the same choices under the same labels, and read back into config keys by one function,
@@ -9,16 +9,10 @@ so every panel offers the same choices under the same labels, and read back into
 
 from __future__ import annotations
 
-import io
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import ipywidgets as w
-import numpy as np
-from matplotlib import rc_context
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.image import imsave
 from omegaconf import DictConfig
 
 from agl_lab.config.modes import LOSS_MODES, mode_from_config
@@ -29,7 +23,6 @@ __all__ = [
     "NO_CAP",
     "OWN_MODE",
     "WIDE",
-    "LiveFigure",
     "control_overrides",
     "control_settings",
     "initial_mode",
@@ -146,33 +139,3 @@ def generator_controls(knobs: SyntheticKnobs) -> dict[str, w.ValueWidget]:
             style=WIDE,
         )
     return controls
-
-
-class LiveFigure:
-    """A figure shown through an Image widget and redrawn into the same Figure and widget when its inputs change."""
-
-    def __init__(self, size: tuple[float, float], *, dpi: int, width: str) -> None:
-        self.figure = Figure(figsize=size, dpi=dpi, layout="constrained")
-        self.canvas = FigureCanvasAgg(self.figure)
-        self.ax = self.figure.add_subplot()
-        self.image = w.Image(format="png", layout=w.Layout(width=width))
-        self.drawn_for: tuple | None = None
-
-    def render(self, inputs: tuple, draw: Callable[..., Any]) -> bool:
-        """Draw anew with ``draw(ax=...)`` unless ``inputs`` equal those of the last drawing; True if it drew."""
-        if inputs == self.drawn_for:
-            return False
-        self.ax.clear()
-        draw(ax=self.ax)
-        self._publish(inputs)
-        return True
-
-    def _publish(self, inputs: tuple) -> None:
-        # Unhinted glyphs: a quarter less drawing time (text dominates it), and no visible change at screen dpi.
-        with rc_context({"text.hinting": "none"}):
-            self.canvas.draw()
-        buffer = io.BytesIO()
-        # zlib level 1: a quarter faster than the default 6 for a few percent more bytes
-        imsave(buffer, np.asarray(self.canvas.buffer_rgba()), format="png", pil_kwargs={"compress_level": 1})
-        self.image.value = buffer.getvalue()
-        self.drawn_for = inputs

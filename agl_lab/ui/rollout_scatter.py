@@ -45,7 +45,8 @@ class RolloutScatter:
         fig.add_trace(go.Scatter(name="column mean", mode="lines", line=dict(color="black", width=2),
                                  hoverinfo="skip"))  # fmt: skip
         fig.add_trace(go.Scatter(mode="lines", line=dict(color="#888", width=1), hoverinfo="skip", showlegend=False))
-        fig.update_layout(width=560, height=430, margin=dict(l=60, r=10, t=30, b=40, autoexpand=False),
+        fig.update_layout(width=560, height=450, margin=dict(l=60, r=10, t=56, b=40, autoexpand=False),
+                          title=dict(text="each rollout's signed mass vs the rows it kept", font_size=13, y=0.98),
                           hovermode="closest", uirevision="keep", hoverlabel=dict(align="left"),
                           xaxis=dict(title_text="rows per rollout (kept)", dtick=1, ticklabeloverflow="allow"),
                           yaxis=dict(title_text="mass = Σ weight × advantage", ticklabeloverflow="allow"),

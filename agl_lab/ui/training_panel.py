@@ -1,8 +1,10 @@
-"""Short training runs from a notebook (notebook 03): settings, task knobs, Run and Stop, live figures.
+"""Short training runs from a notebook (notebook 03): settings, task knobs, Run and Stop, live curves.
 
-Training runs in a background thread, because a cell that blocks cannot receive a Stop click; the figures are
-redrawn from the history as steps finish. A run whose three settings are one of the demo's is drawn under that
-setting's name and colour (``both_on`` blue, as in every other figure). Notebook:
+Training runs in a background thread, because a cell that blocks cannot receive a Stop click; the curves
+(:class:`agl_lab.ui.curve_view.CurveView`: plotly, hover and zoom, smoothing, other runs overlaid, copy as command)
+move to new data as steps finish. A run whose three settings are one of the demo's is drawn under that setting's name
+and colour (``both_on`` blue, as in every other figure). The curves' smoothing and overlaid runs are settings of the
+run (``lab.curve_*``) like the others, so its ``config.yaml`` restores the whole panel. Notebook:
 ``notebooks/03_short_training_runs.ipynb``.
 """
 
@@ -25,25 +27,28 @@ from agl_lab.config.modes import trainable_modes
 from agl_lab.config.settings import DEMO_SETTINGS
 from agl_lab.config.task_rows import fitting_limits
 from agl_lab.config.tree import leaves
-from agl_lab.curves.figures import draw_panel
 from agl_lab.curves.history import long_form
-from agl_lab.ui.controls import WIDE, LiveFigure, control_overrides, settings_controls
+from agl_lab.ui.controls import WIDE, control_overrides, settings_controls
+from agl_lab.ui.curve_view import CurveView
+from agl_lab.ui.run_command import train_command
 
 __all__ = ["TrainingPanel", "demo_setting_name"]
 
 
 class TrainingPanel:
-    """Short training runs from a notebook: the settings, task knobs, steps and seed; Run and Stop; live figures.
+    """Short training runs from a notebook: the settings, task knobs, steps and seed; Run and Stop; live curves.
 
     Training runs in a background thread (a cell that blocks cannot receive a Stop click), calling
-    :func:`agl_lab.train` with a ``threading.Event`` that Stop sets; figures are redrawn from the history at most
-    every ``redraw_s`` seconds and once at the end. ``cfg``: the config to start from (default
+    :func:`agl_lab.train` with a ``threading.Event`` that Stop sets; the curves (``curves``, a
+    :class:`agl_lab.ui.curve_view.CurveView`) are updated from the history at most every ``redraw_s`` seconds and
+    once at the end; its Copy as command shows the ``agl-lab train`` line of the panel's settings, and Restore
+    settings puts a finished run's back (:meth:`restore`). ``cfg``: the config to start from (default
     ``agl_lab.short_run_config()``); the panel edits its own copy. In code: ``start()``, ``stop()``, ``wait()``
     (join the run: for headless notebooks, so no thread outlives the kernel), ``result`` (the last
     :class:`agl_lab.training.trainer.TrainResult`), ``error`` (the last run's error text, or None).
     """
 
-    def __init__(self, cfg: DictConfig | None = None, *, dpi: int = 80, redraw_s: float = 1.0) -> None:
+    def __init__(self, cfg: DictConfig | None = None, *, redraw_s: float = 1.0) -> None:
         from agl_lab.config.compose import short_run_config
 
         self.cfg = copy.deepcopy(cfg) if cfg is not None else short_run_config()
@@ -67,11 +72,8 @@ class TrainingPanel:
         self.stop_button.on_click(lambda _: self.stop())
         self.status = w.HTML("Set the settings and press <b>Run</b>.")
         self.links = w.HTML()
-        self.figures = {  # keys: agl_lab.curves.figures.PANELS
-            "success": LiveFigure((5.4, 3.8), dpi=dpi, width="33%"),
-            "rows_vs_rollouts": LiveFigure((5.4, 3.8), dpi=dpi, width="33%"),
-            "drops": LiveFigure((5.4, 3.8), dpi=dpi, width="33%"),
-        }
+        self.curves = CurveView(smoothing=self.cfg.lab.curve_smoothing, overlay=list(self.cfg.lab.curve_overlay),
+                                command=lambda _: train_command(self.config()), on_restore=self.restore)  # fmt: skip
         self.widget = self._layout()
 
     @property
@@ -93,12 +95,20 @@ class TrainingPanel:
             "lab.rewrite_prob": float(c["rewrite_prob"].value),
             "trainer.total_training_steps": int(c["steps"].value),
             "lab.seed": int(c["seed"].value),
+            **self.curves.settings(),
         }
         return {**values, **fitting_limits(self._applied(values))}
 
     def config(self) -> DictConfig:
         """The panel's config with the widgets' values applied."""
         return self._applied(self.settings())
+
+    def restore(self, cfg: DictConfig) -> None:
+        """Set every control from ``cfg`` (a finished run's config): the settings, task knobs, steps and seed."""
+        for name, control in self._controls(cfg).items():
+            options = getattr(self.controls[name], "options", None)
+            if options is None or control.value in [o[1] if isinstance(o, tuple) else o for o in options]:
+                self.controls[name].value = control.value
 
     def _applied(self, values: dict[str, Any]) -> DictConfig:
         cfg = copy.deepcopy(self.cfg)
@@ -169,10 +179,7 @@ class TrainingPanel:
             self._redraw()
 
     def _redraw(self) -> None:
-        step = int(self.history["step"].iloc[-1])
-        table = long_form(self.history, setting=self.setting, seed=int(self.controls["seed"].value))
-        for name, figure in self.figures.items():
-            figure.render((step,), lambda ax, panel=name: draw_panel(table, panel, ax=ax, band_label=""))
+        self.curves.update(long_form(self.history, setting=self.setting, seed=int(self.controls["seed"].value)))
         self._last_draw = time.monotonic()
 
     def _controls(self, cfg: DictConfig) -> dict[str, w.ValueWidget]:
@@ -208,8 +215,8 @@ class TrainingPanel:
         )
         task = w.VBox([w.HTML("<b>Task</b>"), c["level"], c["task_size"], c["max_turns"], c["rewrite_prob"]])
         run = w.VBox([w.HTML("<b>Run</b>"), c["steps"], c["seed"], w.HBox([self.run_button, self.stop_button])])
-        figures = w.HBox([figure.image for figure in self.figures.values()])
-        return w.VBox([w.HBox([settings, task, run], layout=w.Layout(gap="24px")), self.status, self.links, figures])
+        return w.VBox([w.HBox([settings, task, run], layout=w.Layout(gap="24px")), self.status, self.links,
+                       self.curves.widget])  # fmt: skip
 
 
 def _last_step(history: pd.DataFrame) -> str:

@@ -100,10 +100,13 @@ class WeightBars:
                                  hoverinfo="skip", showlegend=False), row=1, col=1)  # fmt: skip
         self.ticks = list(self.modes)  # catalogue names: short enough to sit under each group, angled
         fig.update_xaxes(tickvals=list(range(len(self.modes))), ticktext=self.ticks, tickfont_size=10, tickangle=-30,
-                         range=ends, row=1, col=1)  # fmt: skip
+                         range=ends, title_text="loss mode (Σ: the batch's loss scale)", title_font_size=11,
+                         row=1, col=1)  # fmt: skip
         fig.update_xaxes(title_text="rows per rollout", dtick=1, row=2, col=1)
         fig.update_xaxes(title_text="rows per rollout (as aggregated)", dtick=1, row=2, col=2)
         fig.update_yaxes(title_text="weight ÷ fair share", row=1, col=1)
+        fig.update_yaxes(title_text="rollouts", row=2, col=1)
+        fig.update_yaxes(title_text="rows", row=2, col=2)
         fig.update_xaxes(ticklabeloverflow="allow")  # see the module's notes: measuring them is most of a redraw
         fig.update_yaxes(ticklabeloverflow="allow")
         legend = dict(title_text="rows per rollout (kept):", font_size=10, orientation="h", yanchor="bottom", y=1.05,

@@ -1,0 +1,160 @@
+"""The values each number the trainers read may take: one table, and the doctor's findings derived from it.
+
+Composition checks a value's *type* (:mod:`agl_lab.config.key_types`); this table holds its *range*: what verl's
+config dataclasses, Agent Lightning's trainer or the lab's trainer refuse later, crash on, or silently train nothing
+with. A null batch size crashes step 1 with a ``TypeError``; ``max_response_length=0`` leaves nothing to train;
+``lr=-1`` climbs the loss; ``clip_ratio=-0.2`` clips every token; ``total_training_steps=-5`` runs no step. The doctor
+(:func:`constraint_findings`) reports each as an error naming the key, what it must be and the value to set, before
+anything runs, so no later stage is the first to refuse. The ``lab:`` section's ranges come from its own field
+metadata (:func:`agl_lab.config.lab_config.lab_field_rule`), the one source the widgets read too.
+
+Relations between keys (a mini-batch larger than the batch, a pair set half-way) and finiteness (NaN/inf in any
+float) are the doctor's other checks; a value that is not a number at all is a type error from composition.
+
+The README's section "The doctor's ranges" lists the table (a test keeps the two equal).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from omegaconf import DictConfig, OmegaConf
+
+from agl_lab.config.lab_config import LabConfig, lab_field_rule
+
+__all__ = ["CONSTRAINTS", "Constraint", "constraint_problems"]
+
+_ACTOR = "actor_rollout_ref.actor"
+_ROLLOUT = "actor_rollout_ref.rollout"
+_AGG = "agentlightning.trace_aggregator"
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A number's accepted values: ``kind``, a lower and upper bound (each included unless ``*_open``), null or not."""
+
+    kind: Literal["integer", "number"]
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    nullable: bool = False
+    why: str = ""  # what goes wrong otherwise, after the value
+    text: str | None = None  # an exact message where Agent Lightning has one ({value} filled in)
+    fix: str | None = None  # the fix, where a better one than "set it in range" exists
+
+    def accepts(self, value: Any) -> bool:
+        if value is None:
+            return self.nullable
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            return False
+        if self.kind == "integer" and not isinstance(value, int):
+            return False
+        above = self.low is None or (value > self.low if self.low_open else value >= self.low)
+        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
+        return above and below
+
+    def describe(self) -> str:
+        """What the value must be, in words: ``a positive integer``, ``null or an integer >= 1``, ``in (0, 1]``."""
+        if self.low is not None and self.high is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            span = f"in {left}{_num(self.low)}, {_num(self.high)}{right}"
+        elif self.kind == "integer" and self.low == 1:
+            span = "a positive integer"
+        elif self.low is not None:
+            kind = "an integer" if self.kind == "integer" else "a number"
+            span = f"{kind} {'>' if self.low_open else '>='} {_num(self.low)}"
+        else:
+            span = "an integer" if self.kind == "integer" else "a number"
+        return f"null or {span}" if self.nullable else span
+
+
+_SIZE = Constraint("integer", low=1)
+_MICRO = Constraint("integer", low=1, nullable=True)
+_NON_NEGATIVE = Constraint("number", low=0)
+_POSITIVE = Constraint("number", low=0, low_open=True)
+_SHARE = Constraint("number", low=0, high=1)
+
+CONSTRAINTS: dict[str, Constraint] = {
+    "data.train_batch_size": _SIZE,
+    "data.max_prompt_length": _SIZE,
+    "data.max_response_length": Constraint("integer", low=1, why=": every response would be empty, nothing trains"),
+    f"{_ROLLOUT}.n": _SIZE,
+    f"{_ROLLOUT}.prompt_length": _SIZE,  # data.max_prompt_length unless set apart
+    f"{_ROLLOUT}.response_length": _SIZE,  # the tokens per LLM call; data.max_response_length unless set apart
+    f"{_ACTOR}.ppo_mini_batch_size": _SIZE,
+    f"{_ACTOR}.ppo_epochs": Constraint("integer", low=1, why=": the actor would make no update, so nothing trains"),
+    "trainer.total_epochs": _SIZE,
+    "trainer.total_training_steps": Constraint("integer", low=1, nullable=True, why=": no step would run"),
+    f"{_AGG}.trajectory_max_prompt_length": _SIZE,
+    f"{_AGG}.trajectory_max_response_length": _SIZE,
+    f"{_ACTOR}.ppo_micro_batch_size_per_gpu": _MICRO,
+    f"{_ACTOR}.ppo_micro_batch_size": _MICRO,
+    f"{_ROLLOUT}.log_prob_micro_batch_size_per_gpu": _MICRO,
+    f"{_ROLLOUT}.log_prob_micro_batch_size": _MICRO,
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": _MICRO,
+    "agentlightning.max_ppo_update_times": Constraint(
+        "integer",
+        low=1,
+        nullable=True,
+        why=": a cap below 1 drops every row, so no step trains",
+        fix="set agentlightning.max_ppo_update_times=null (no cap) or 2 (recommended)",
+    ),
+    f"{_ACTOR}.optim.lr": Constraint("number", low=0, why=": a negative learning rate climbs the loss"),
+    f"{_ACTOR}.kl_loss_coef": _NON_NEGATIVE,
+    "algorithm.kl_ctrl.kl_coef": _NON_NEGATIVE,
+    f"{_ROLLOUT}.temperature": Constraint(
+        "number", low=0, low_open=True, why=": log-probs are taken on logits divided by it (0 is greedy decoding)"
+    ),
+    f"{_ACTOR}.clip_ratio": Constraint("number", low=0, low_open=True, why=": PPO would clip every token"),
+    f"{_ACTOR}.clip_ratio_low": _POSITIVE,
+    f"{_ACTOR}.clip_ratio_high": _POSITIVE,
+    f"{_ACTOR}.grad_clip": Constraint("number", low=0, low_open=True, why=": every gradient would be scaled to 0"),
+    f"{_ACTOR}.clip_ratio_c": Constraint(
+        "number", low=1, low_open=True, text="clip_ratio_c must be greater than 1.0, got {value}"
+    ),
+    f"{_ROLLOUT}.top_p": Constraint(
+        "number",
+        low=0,
+        high=1,
+        low_open=True,
+        why=": nucleus sampling keeps the tokens that cover top_p of the probability, so 0 keeps none",
+    ),  # fmt: skip
+    f"{_ROLLOUT}.top_k": Constraint("integer", low=-1, text="must be -1 (off) or >= 0, got {value}"),
+    "algorithm.gamma": _SHARE,
+    "algorithm.lam": _SHARE,
+}
+# the lab: section's fields with a range, from their own metadata
+for _name, _field in LabConfig.__dataclass_fields__.items():
+    _rule = lab_field_rule(_name)
+    if "low" in _rule:
+        _kind = "integer" if _field.type in (int, "int") else "number"
+        CONSTRAINTS[f"lab.{_name}"] = Constraint(_kind, low=_rule["low"], high=_rule.get("high"))
+
+
+def constraint_problems(cfg: DictConfig, *, default: Callable[[str], Any]) -> list[tuple[str, str, str]]:
+    """``(key, message, fix)`` for every value of ``cfg`` outside :data:`CONSTRAINTS` (``default``: a key's default,
+    suggested as the fix when it is acceptable)."""
+    problems = []
+    for key, rule in CONSTRAINTS.items():
+        parent, _, name = key.rpartition(".")
+        section = OmegaConf.select(cfg, parent, default=None)
+        if isinstance(section, DictConfig) and name in section and OmegaConf.is_interpolation(section, name):
+            continue  # it follows another key (rollout.response_length: data.max_response_length), checked there
+        value = OmegaConf.select(cfg, key, default=None)
+        if rule.accepts(value):
+            continue
+        shown = "null" if value is None else repr(value)
+        message = rule.text.format(value=value) if rule.text else f"must be {rule.describe()}, got {shown}{rule.why}"
+        suggested = default(key)
+        fits = suggested is not None and rule.accepts(suggested)
+        example = f" (Agent Lightning's default: {_num(suggested)})" if fits else ""
+        problems.append((key, message, rule.fix or f"set {key} to {rule.describe()}{example}"))
+    return problems
+
+
+def _num(value: Any) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() and abs(value) < 1e15 else str(value)

@@ -1,0 +1,158 @@
+"""Before a short run starts: a rough count of the memory and the time one step needs, against this machine.
+
+Sizes that pass every range check can still be infeasible here: ``actor_rollout_ref.rollout.n=1000000`` samples
+8 million episodes at once (the first step never ends, or the kernel kills the process), and a policy of
+``lab.model_hidden=8192`` × 64 layers needs a terabyte for its weights and optimizer state. :func:`estimate_step`
+counts, from the config alone, what the lab trainer (:mod:`agl_lab.training.trainer`) holds at its peak and the
+floating-point work of one step; :func:`feasibility_findings` turns that into doctor findings: an **error** when the
+peak exceeds the device's memory (the machine's RAM on the CPU, the GPU's memory on CUDA), a **warning** when one
+step would take longer than :data:`SLOW_STEP_S` at :data:`CPU_FLOPS` / :data:`GPU_FLOPS`. Both name the keys to
+lower. The counts are upper bounds of the usual kind (fp32 everywhere, every rollout making ``lab.max_turns`` rows
+padded to the aggregator's limits), not measurements: the default short run counts ~1 s per step and takes ~0.1 s.
+
+What is counted (P = the policy's parameters, S = ``train_batch_size × rollout.n`` episodes sampled together,
+C = the longest row, R = S × ``lab.max_turns`` rows, M = the micro-batch's rows, V = the vocabulary):
+
+* memory: weights, gradients and AdamW's two moments (16 bytes per parameter; +4 for a frozen reference policy),
+  plus the larger of sampling (the KV cache, 2 × layers × S × C × hidden floats, and the first call's logits
+  S × C × V) and the update (M × C × (20 × hidden × layers + 3 × V) floats of activations), plus the rows;
+* work: sampling 2·P·S·C, old (and reference) log-probs 2·P·R·C, the update 6·P·R·C per PPO epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from agl_lab.config.checks import Finding
+from agl_lab.core.aggregation import aggregation_limits
+
+__all__ = ["CPU_FLOPS", "GPU_FLOPS", "SLOW_STEP_S", "StepEstimate", "estimate_step", "feasibility_findings"]
+
+CPU_FLOPS = 1e10  # fp32 FLOP/s assumed per CPU thread (a laptop core with AVX2 reaches ~1-5e10)
+GPU_FLOPS = 5e13  # fp32/tf32 FLOP/s assumed for one CUDA GPU
+SLOW_STEP_S = 60.0  # a step counted slower than this is warned about
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    parameters: int  # the policy's
+    memory_bytes: float  # at the step's peak
+    flops: float  # one step's floating-point work
+    seconds: float  # flops at the assumed rate
+    device_memory_bytes: float  # what the device has
+    device: str  # "cpu" or "cuda"
+
+    def summary(self) -> str:
+        return (
+            f"~{_bytes(self.memory_bytes)} of {_bytes(self.device_memory_bytes)} ({self.device}) and "
+            f"~{self.seconds:.3g} s per step ({self.flops:.2g} FLOP; a {self.parameters:,}-parameter policy)"
+        )
+
+
+def estimate_step(cfg: DictConfig) -> StepEstimate:
+    """Count one step of a short run of ``cfg`` on this machine (module docstring)."""
+    layers, hidden, intermediate, vocab, tied = _model_shape(cfg)
+    params = layers * (4 * hidden * hidden + 3 * hidden * intermediate) + vocab * hidden * (1 if tied else 2)
+    episodes = int(cfg.data.train_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
+    limits = aggregation_limits(cfg)
+    context = int(limits["max_prompt_length"]) + int(limits["max_response_length"])
+    rows = episodes * int(cfg.lab.max_turns)
+    actor = cfg.actor_rollout_ref.actor
+    micro = int(actor.ppo_micro_batch_size_per_gpu or actor.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n)
+    reference = bool(actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
+    floats = 4
+    state = params * (16 + (4 if reference else 0))
+    sampling = (2 * layers * episodes * context * hidden + episodes * context * vocab) * floats
+    update = micro * context * (20 * hidden * layers + 3 * vocab) * floats
+    row_tensors = rows * context * 8 * 8  # ~8 int64/float tensors per row
+    epochs = int(actor.ppo_epochs)
+    flops = 2 * params * episodes * context + (2 + 2 * reference + 6 * epochs) * params * rows * context
+    device, total = _device(cfg)
+    threads = int(cfg.lab.cpu_threads) or (os.cpu_count() or 1)
+    rate = GPU_FLOPS if device == "cuda" else CPU_FLOPS * threads
+    return StepEstimate(
+        parameters=params,
+        memory_bytes=float(state + max(sampling, update) + row_tensors),
+        flops=float(flops),
+        seconds=flops / rate,
+        device_memory_bytes=float(total),
+        device=device,
+    )
+
+
+def feasibility_findings(cfg: DictConfig) -> list[Finding]:
+    """An error when a step cannot fit in the device's memory, a warning when it would be slow; else nothing."""
+    estimate = estimate_step(cfg)
+    lower = (
+        "lower actor_rollout_ref.rollout.n, data.train_batch_size, the length limits or the model "
+        "(lab.model_hidden, lab.model_layers)"
+    )
+    if estimate.memory_bytes > estimate.device_memory_bytes:
+        return [
+            Finding(
+                "error",
+                "config",
+                f"a step would need {estimate.summary()}: it cannot fit in memory",
+                lower,
+            )
+        ]
+    if estimate.seconds > SLOW_STEP_S:
+        return [Finding("warning", "config", f"a step would take {estimate.summary()}, by a rough count", lower)]
+    return []
+
+
+def _model_shape(cfg: DictConfig) -> tuple[int, int, int, int, bool]:
+    """layers, hidden, intermediate, vocabulary, tied embeddings: of the local model the run loads, else the tiny
+    default policy's (its vocabulary is the task's few words)."""
+    config = _local_model_config(cfg)
+    if config is not None:
+        hidden = int(config.get("hidden_size", 0))
+        return (
+            int(config.get("num_hidden_layers", 0)),
+            hidden,
+            int(config.get("intermediate_size", 4 * hidden)),
+            int(config.get("vocab_size", 0)),
+            bool(config.get("tie_word_embeddings", False)),
+        )
+    hidden = int(cfg.lab.model_hidden)
+    return int(cfg.lab.model_layers), hidden, 4 * hidden, int(cfg.lab.task_size) + 32, True
+
+
+def _local_model_config(cfg: DictConfig) -> dict[str, Any] | None:
+    for path in (cfg.lab.model_path, cfg.actor_rollout_ref.model.get("path")):
+        if not path:
+            continue
+        file = Path(str(path)).expanduser() / "config.json"
+        if file.is_file():
+            try:
+                config = json.loads(file.read_text())
+            except (OSError, ValueError):
+                return None  # loading the model will say what is wrong with it
+            return config.get("text_config", config) if isinstance(config, dict) else None
+    return None
+
+
+def _device(cfg: DictConfig) -> tuple[str, float]:
+    """The device the run will use and its memory in bytes (the machine's RAM for the CPU)."""
+    name = str(cfg.lab.device)
+    if name.startswith("cuda") or name == "auto":
+        import torch
+
+        if torch.cuda.is_available():
+            index = int(name.split(":")[1]) if ":" in name else 0
+            return "cuda", float(torch.cuda.get_device_properties(index).total_memory)
+    return "cpu", float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} TiB"

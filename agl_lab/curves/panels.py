@@ -1,0 +1,99 @@
+"""The standard panels of a training history: what each compares, its lines, its y axis and any reference line.
+
+One definition for the PNGs (:mod:`agl_lab.curves.figures`) and the notebooks' plotly curves
+(``agl_lab.ui.curve_view.CurveView``): success per rollout beside the score per row, rows against rollouts, the rows the
+update cap dropped, and the loss scale per PPO mini-batch. A line's legend name and unit come from the metric
+catalogue (:mod:`agl_lab.curves.metrics`); a reference value comes from the loss-mode catalogue
+(:data:`agl_lab.LOSS_MODES`), so a reader can check it there (``agl-lab check`` prints the catalogue's table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from agl_lab.config.modes import LOSS_MODES
+from agl_lab.curves.metrics import metric_info
+
+__all__ = ["PANELS", "Panel", "first_present", "panel_lines", "panel_reference", "panel_ylabel", "usable_panels"]
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One standard panel: its title (what is compared), its lines (``a|b`` = the first metric the table has), the
+    y quantity, and a unit when the lines' units differ; ``reference``: a loss mode whose catalogued loss scale
+    per mini-batch is drawn as a dotted line."""
+
+    title: str
+    lines: tuple[str, ...]
+    quantity: str
+    unit: str | None = None
+    reference: str | None = None
+
+
+# Lab runs log success; real runs only reward (success|reward). Loss scale per mini-batch: token-mean's weights sum
+# to 1 in each mini-batch, while per_rollout_mean's batch total n_rollouts/n_rows (v1.0) is shared by the step's
+# mini-batches, so every loss mode is on one scale.
+PANELS: dict[str, Panel] = {
+    "success": Panel(
+        "success per rollout vs score per row, by setting",
+        # verl's score is a mean over trained rows: a rollout split into k rows counts k times, and failing rollouts
+        # split more, so it sits below the per-rollout success on the same batch.
+        ("lab/success_rate|training/reward", "critic/score/mean"),
+        "success / score",
+    ),
+    "rows_vs_rollouts": Panel(
+        "rows vs rollouts per step, by setting",
+        ("training/n_sample", "training/n_rollouts"),
+        "rows or rollouts per step",
+        "count",
+    ),
+    "drops": Panel(
+        "rows dropped per step (same-reward groups vs random), by setting",
+        ("training/n_sample_dropped/same_reward", "training/n_sample_dropped/random"),
+        "rows dropped per step",
+    ),
+    "loss_scale": Panel(
+        "loss scale per PPO mini-batch, by setting",
+        ("lab/loss_scale_per_mini_batch",),
+        "loss scale per PPO mini-batch",
+        reference="token-mean",
+    ),
+}
+_PER_MINI_BATCH = "mini-batches"  # a catalogue scale of one per mini-batch: Σ w over a step = its mini-batches
+
+
+def first_present(metrics: str, present: Iterable[str]) -> str | None:
+    """The first of ``a|b|...`` that ``present`` holds, or None."""
+    present = set(present)
+    return next((m for m in metrics.split("|") if m in present), None)
+
+
+def panel_lines(panel: str, present: Iterable[str]) -> list[str]:
+    """The metrics panel ``panel`` draws from a table holding ``present``, in its order (none: an empty list)."""
+    present = set(present)
+    return [m for m in (first_present(line, present) for line in PANELS[panel].lines) if m]
+
+
+def usable_panels(present: Iterable[str], panels: Iterable[str] = tuple(PANELS)) -> list[str]:
+    """The panels of ``panels`` that draw at least one line from a table holding ``present``."""
+    present = set(present)
+    return [p for p in panels if panel_lines(p, present)]
+
+
+def panel_ylabel(panel: str, metrics: Iterable[str]) -> str:
+    """``quantity (unit)``: the panel's unit, or the units of the metrics it draws (in order, each once)."""
+    spec = PANELS[panel]
+    unit = spec.unit or "; ".join(dict.fromkeys(metric_info(m).unit for m in metrics))
+    return f"{spec.quantity} ({unit})"
+
+
+def panel_reference(panel: str) -> tuple[float, str] | None:
+    """``(value, legend label)`` of the panel's reference line, read from the loss-mode catalogue; None: none."""
+    mode = PANELS[panel].reference
+    if mode is None:
+        return None
+    scale = LOSS_MODES[mode].scale
+    if scale != _PER_MINI_BATCH:
+        raise ValueError(f"the catalogue's scale of {mode} is {scale!r}, not one per mini-batch: no reference line")
+    return 1.0, f"{mode}: 1 (catalogue: Σ w = {scale} per step)"

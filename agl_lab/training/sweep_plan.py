@@ -1,0 +1,163 @@
+"""A sweep's plan: every cell of settings × seeds, each config composed and checked before the first cell trains.
+
+:func:`plan_sweep` turns the settings (name → dotlist items) and seeds into :class:`~agl_lab.training.sweep_cells.Cell`
+records and refuses, before anything is created, every sweep that would train something other than what was asked:
+
+* a config any stage would refuse: every setting's config goes through :func:`~agl_lab.training.preflight.
+  check_trainable` (the doctor, the estimator, verl's actor checks, the memory and time of a step) — the cells of a
+  setting differ only in ``lab.seed``, ``lab.run_dir`` and ``trainer.experiment_name``, which the sweep sets itself;
+  so a ``gae`` setting fails the sweep at once, not after the ``grpo`` cells trained;
+* the keys the sweep owns — ``lab.seed`` (from the seeds), ``lab.run_dir`` (``<sweep_dir>/<setting>/seed-<n>``) and
+  ``trainer.experiment_name`` (the setting's name) — given in an item or the overrides: they would be printed as
+  applied, then silently replaced;
+* duplicate seeds, seeds outside ``lab.seed``'s range, names that are not folder names or differ only in case;
+* two settings with one config (each cell trained and counted twice), and two settings that differ only in a
+  secret's value: the records hold secrets as ``***``, so their cells could not be told apart; the message names the
+  key, never the values.
+
+Arguments from a notebook may be numpy values (``np.arange(3)`` as seeds); a wrong kind is a ``TypeError`` naming
+the parameter (:mod:`agl_lab.config.arguments`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from agl_lab.config.arguments import integer_list, mapping, path, string_list
+from agl_lab.config.compose import ConfigError, short_run_config
+from agl_lab.config.doctor import DoctorError
+from agl_lab.config.secrets import is_secret_key, redact_argv
+from agl_lab.config.tree import leaves
+from agl_lab.training.preflight import check_trainable
+from agl_lab.training.sweep_cells import Cell, config_sha256
+
+__all__ = ["SWEEP_OWNED_KEYS", "plan_sweep"]
+
+# Keys a sweep sets for each cell, and what it sets them from.
+SWEEP_OWNED_KEYS = {
+    "lab.seed": "each cell's seed (the seeds you give: --seeds)",
+    "lab.run_dir": "each cell's folder, <sweep_dir>/<setting>/seed-<n> (choose the sweep folder: --out)",
+    "trainer.experiment_name": "each cell's setting name (name the settings instead)",
+}
+
+
+def plan_sweep(
+    settings: Mapping[str, Sequence[str]],
+    seeds: Sequence[int],
+    *,
+    sweep_dir: str | Path,
+    overrides: Mapping[str, Any] | None = None,
+    dotlist: Sequence[str] = (),
+) -> list[Cell]:
+    """The cells of a sweep, every config composed and checked now (module docstring); raises before anything runs.
+
+    ``ConfigError`` for a bad item, a key the sweep owns or settings that collide, ``DoctorError`` for what a run
+    would refuse, ``ValueError`` for bad seeds or names, ``TypeError`` for arguments of the wrong kind.
+    """
+    settings = mapping(settings, name="settings", what="a mapping of setting name -> list of key=value items")
+    seeds = _checked_seeds(seeds)
+    root = path(sweep_dir, name="sweep_dir")
+    overrides = mapping(overrides, name="overrides", what="a mapping of config keys to values", optional=True)
+    dotlist = string_list(dotlist, name="dotlist", what="Hydra overrides like 'key.path=value'")
+    if not settings:
+        raise ValueError("settings is empty: give at least one {name: [key=value, ...]}")
+    settings = {
+        name: string_list(items, name=f"settings[{name!r}]", what="the setting's key=value items")
+        for name, items in settings.items()
+    }
+    _refuse_owned_keys(settings, overrides, dotlist)
+    cells, names, configs = [], {}, {}
+    for name, items in settings.items():
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.+-]+", name):
+            raise ValueError(f"setting name {name!r} must be letters, digits or _ . + - (it names a directory)")
+        if name.lower() in names:
+            raise ValueError(f"settings {names[name.lower()]!r} and {name!r} differ only in case: rename one")
+        names[name.lower()] = name
+        unnamed = short_run_config(overrides, (*dotlist, *items, f"lab.seed={seeds[0]}"))  # raises ConfigError
+        _check_setting(name, short_run_config(overrides, (*dotlist, *items, *_owned(root, name, seeds[0]))))
+        _refuse_same_config(name, unnamed, configs)
+        for seed in seeds:
+            cell_dotlist = (*dotlist, *items, *_owned(root, name, seed))
+            cfg = short_run_config(overrides, cell_dotlist)
+            run_dir = str(root / name / f"seed-{seed}")
+            cells.append(Cell(name, seed, cell_dotlist, run_dir, config_sha256=config_sha256(cfg)))
+    return cells
+
+
+def _owned(root: Path, name: str, seed: int) -> tuple[str, ...]:
+    return (f"lab.seed={seed}", f"lab.run_dir={root / name / f'seed-{seed}'}", f"trainer.experiment_name={name}")
+
+
+def _check_setting(name: str, cfg: DictConfig) -> None:
+    """What a run of the setting would refuse, raised now, each problem naming the setting."""
+    try:
+        check_trainable(cfg)
+    except ConfigError as exc:
+        lines = [line.removeprefix("  - ") for line in str(exc).splitlines()[1:]] or [str(exc)]
+        problems = [line.removeprefix("error").lstrip() for line in lines]  # it is an error: say what and where
+        kind = DoctorError if isinstance(exc, DoctorError) else ConfigError
+        raise kind("config has problems:\n" + "\n".join(f"  - setting {name!r}: {p}" for p in problems)) from exc
+
+
+def _refuse_owned_keys(settings: dict[str, list[str]], overrides: Mapping[str, Any] | None, dotlist: list[str]) -> None:
+    given = [(item, "every cell") for item in dotlist]
+    given += [(item, f"setting {name!r}") for name, items in settings.items() for item in items]
+    given += [(f"{key}={value!r}", "the overrides") for key, value in leaves(overrides or {})]
+    problems = []
+    for item, where in given:
+        key = str(item).partition("=")[0].lstrip("+~")
+        if key in SWEEP_OWNED_KEYS:
+            shown = redact_argv([str(item)])[0]
+            problems.append(
+                f"{shown} ({where}): a sweep sets {key} itself, to {SWEEP_OWNED_KEYS[key]}; remove the item "
+                "(it would be ignored)"
+            )
+    if problems:
+        raise ConfigError("config has problems:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def _refuse_same_config(name: str, cfg: DictConfig, configs: dict[str, tuple[str, DictConfig]]) -> None:
+    """Refuse a setting whose config (without its name) another setting already has, or has but for secrets."""
+    digest = config_sha256(cfg)  # secrets masked, as cell records store them
+    if digest not in configs:
+        configs[digest] = (name, cfg)
+        return
+    other, other_cfg = configs[digest]
+    secrets = _secret_differences(other_cfg, cfg)
+    if secrets:
+        raise ConfigError(
+            f"config has problems:\n  - settings {other!r} and {name!r} differ only in the secret "
+            f"{', '.join(secrets)} (values not shown): their cells would be recorded alike (secrets are stored as "
+            "***) and could not be told apart; give the secret once, for every run, and sweep something else"
+        )
+    raise ConfigError(
+        f"config has problems:\n  - settings {other!r} and {name!r} resolve to the same config: each cell would be "
+        "trained twice and counted twice; drop one, or make them differ"
+    )
+
+
+def _secret_differences(a: DictConfig, b: DictConfig) -> list[str]:
+    values_a = dict(leaves(OmegaConf.to_container(a, resolve=True)))
+    values_b = dict(leaves(OmegaConf.to_container(b, resolve=True)))
+    keys = sorted(set(values_a) | set(values_b))
+    return [key for key in keys if is_secret_key(key) and values_a.get(key) != values_b.get(key)]
+
+
+def _checked_seeds(seeds: Any) -> list[int]:
+    seeds = integer_list(seeds, name="seeds", what="the lab.seed of each cell")
+    if not seeds:
+        raise ValueError("seeds is empty: give at least one seed")
+    out = []
+    for seed in seeds:
+        if not 0 <= seed <= 2**32 - 1:
+            raise ValueError(f"seeds must be integers in [0, 2**32-1] (lab.seed), got {seed!r}")
+        out.append(seed)
+    repeated = sorted({seed for seed in out if out.count(seed) > 1})
+    if repeated:
+        raise ValueError(f"seeds {repeated} appear more than once: each would be trained twice and counted twice")
+    return out

@@ -1,0 +1,69 @@
+"""``agl-lab weighting PATH``: the table in verl PR #7580's column order, its numbers against a count by hand from
+data/sample_batch's rollouts, and bad input as one line with a documented exit code."""
+
+import pytest
+from test_diagnostics import hand_table
+
+from agl_lab.cli import main
+from agl_lab.lab.batch_io import sample_batch_path
+from agl_lab.lab.diagnostics import COLUMNS
+
+
+def printed_table(text: str) -> dict[str, dict[str, str]]:
+    """The first table the command prints: mode -> column -> cell."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["mode", "trajectories"])
+    header = lines[start].split()
+    table = {}
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            break
+        cells = line.split()
+        table[cells[0]] = dict(zip(header[1:], cells[1:], strict=True))
+    return header, table
+
+
+def test_the_sample_batchs_table_is_the_count_by_hand(capsys):
+    # the hand count (tests/test_diagnostics.hand_table): data/sample_batch's 48 rollouts and 81 rows counted with
+    # plain loops: 23 solved (30 rows), 25 failed (51 rows); unweighted by row 30/81; session_equal's ESS 48²/Σ1/k
+    assert main(["weighting", str(sample_batch_path())]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("Base: short-run")
+    header, table = printed_table(out)
+    assert header == COLUMNS
+    expected = hand_table()
+    for mode in ("seq-mean-token-mean", "session_equal"):
+        line = table[mode]
+        assert (line["trajectories"], line["rows"]) == ("48", "81")
+        for key in ("solve_by_trajectory", "mean_rows_solved", "mean_rows_failed"):
+            assert line[key] == f"{expected[key]:.3f}", (mode, key)
+        for key, value in expected[mode].items():
+            assert line[key] == f"{round(value, 3) + 0.0:.3f}", (mode, key)
+    assert table["seq-mean-token-mean"]["gap"] == "0.109" and table["session_equal"]["ess_fraction"] == "0.828"
+    assert "Influence by rows per rollout under session_equal" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "text"),
+    [
+        (["weighting", "{tmp}"], 5, "is neither a batch (no batch.json"),
+        (["weighting", "{tmp}/nothing"], 5, "no batch or run at"),
+        (["weighting", "{sample}", "--modes", "session-equal"], 2, "unknown loss modes ['session-equal']: choose from"),
+    ],
+)
+def test_bad_input_is_one_line_with_its_exit_code(args, code, text, tmp_path, capsys):
+    args = [a.format(tmp=tmp_path, sample=sample_batch_path()) for a in args]
+    assert main(args) == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and text in err[0]
+
+
+def test_a_batch_lacking_rollout_ids_names_the_field(tmp_path, capsys):
+    from agl_lab.lab.batch_io import load_batch, save_batch
+
+    rows = load_batch(sample_batch_path())
+    del rows.non_tensor_batch["rollout_id_list"]
+    save_batch(rows, tmp_path / "batch")
+    assert main(["weighting", str(tmp_path / "batch")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "needs fields this batch lacks: rollout_id_list" in line
