@@ -61,7 +61,7 @@ demo: $(BIN)/.installed
 readme: $(BIN)/.installed
 	rm -rf runs/readme-demo
 	$(BIN)/agl-lab demo --out runs/readme-demo
-	$(BIN)/python -m agl_lab.curves.readme_table runs/readme-demo/summary.md README.md
+	$(BIN)/python -m agl_lab.curves.readme_table runs/readme-demo/summary.md README.md data/demo_spread.json
 
 # The browser tests drive Debian's Chromium (Playwright's own browser download does not work here). As root it is
 # installed with apt-get; otherwise with sudo (which may ask for your password); without either, make stops and says

@@ -17,36 +17,28 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
-import nbformat
 import pytest
-from papermill.iorw import load_notebook_node
-from papermill.parameterize import parameterize_notebook
+from jupyter_browser import (
+    PANEL,
+    ChangeTimer,
+    copy_notebooks,
+    error_outputs,
+    jupyter_lab,
+    launch_chromium,
+    open_notebook,
+    run_all,
+    save,
+    wait_idle,
+)
 from playwright.sync_api import Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 ARTIFACTS = ROOT / "artifacts" / "browser"
-CHROMIUM = "/usr/bin/chromium"
-PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -54,42 +46,16 @@ pytestmark = pytest.mark.timeout(900)
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """A JupyterLab server from this environment on 127.0.0.1 with a token, serving copies of the notebooks."""
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: apt-get install chromium (make test does it)"
     root = tmp_path_factory.mktemp("lab-root")
-    for notebook in NOTEBOOKS:  # autosave writes outputs back: never run the repository's own files
-        copy_for_the_browser(notebook, root / notebook.name)
-    config_dir = tmp_path_factory.mktemp("jupyter-config")
-    (config_dir / "labconfig").mkdir()
-    (config_dir / "labconfig" / "page_config.json").write_text(
-        json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}})
-    )
-    port, token = _free_port(), secrets.token_hex(16)
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config_dir), WANDB_MODE="disabled")
-    log = open(tmp_path_factory.mktemp("lab-log") / "jupyter.log", "w")  # noqa: SIM115 (closed below)
-    server = subprocess.Popen(
-        [
-            sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-            f"--ServerApp.token={token}", "--allow-root", f"--ServerApp.root_dir={root}",
-            "--LabApp.expose_app_in_browser=True",
-        ],
-        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root,
-    )  # fmt: skip
-    try:
-        _wait_for_server(port, token, server)
-        yield {"url": f"http://127.0.0.1:{port}", "token": token, "root": root}
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
+    copy_notebooks(NOTEBOOKS, root)
+    with jupyter_lab(root, log_path=tmp_path_factory.mktemp("lab-log") / "jupyter.log") as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def browser():
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        chromium = launch_chromium(playwright)
         yield chromium
         chromium.close()
 
@@ -179,7 +145,7 @@ def check_config_form(page: Page) -> None:
     page.locator(f"{PANEL} .jp-OutputArea .widget-checkbox").first.scroll_into_view_if_needed()
 
 
-# Page coordinates of every point of a plotly trace, from plotly's own axes (WebGL traces have no SVG points), and
+# Page coordinates of every point of a plotly trace, from plotly's own axes (whatever draws the markers), and
 # the index of the point farthest from all others: hover and click then reach that point and no other.
 POINTS_JS = """
 (gd, trace) => {
@@ -207,7 +173,8 @@ def plotly_graphs(page: Page):
         "(n) => document.querySelectorAll(n).length >= 2 && [...document.querySelectorAll(n)].slice(0, 2)"
         ".every(gd => gd._fullData && gd._fullData.length > 0)",
         arg=f"{PANEL} .jp-OutputArea .js-plotly-plot",
-        timeout=60_000,
+        timeout=120_000,
+        polling=250,
     )
     return graphs.nth(0), graphs.nth(1)
 
@@ -227,21 +194,6 @@ def hover_label(page: Page, x: float, y: float, tries: int = 3) -> str:
     raise AssertionError(f"no hover label at ({x:.0f}, {y:.0f})")
 
 
-def timed_change(page: Page, control, graph, change) -> float:
-    """Milliseconds from the control's change event to the graph's next redraw, in the page's own clock."""
-    graph.evaluate(
-        """(gd) => { window.__change = {start: 0, end: 0};
-            gd.on('plotly_afterplot', () => { if (window.__change.start) window.__change.end = performance.now(); });
-        }"""
-    )
-    control.evaluate(
-        "(el) => el.addEventListener('change', () => { window.__change.start = performance.now(); }, {once: true})"
-    )
-    change()
-    page.wait_for_function("() => window.__change.end > window.__change.start && window.__change.start > 0")
-    return page.evaluate("() => window.__change.end - window.__change.start")
-
-
 def check_weighting_panel(page: Page) -> None:
     """Hovering a rollout shows its details, clicking it lists its rows, a control change redraws the figures."""
     assert_panel_controls(page)
@@ -257,21 +209,20 @@ def check_weighting_panel(page: Page) -> None:
     table.wait_for(state="visible", timeout=30_000)  # a round trip to the kernel
     assert table.locator("tbody tr").count() >= 1
     timings = {}
+    timer = ChangeTimer(page, page.locator(f"{PANEL} .jp-Cell").filter(has=page.locator(".js-plotly-plot")).first)
     mode = (
         page.locator(f"{PANEL} .jp-OutputArea .widget-dropdown select")
         .filter(has=page.locator("option", has_text="verl seq-mean-token-mean"))
         .first
     )
     before = scatter.evaluate("(gd) => Array.from(gd._fullData[0].y)")
-    timings["loss mode"] = timed_change(
-        page, mode, scatter, lambda: mode.select_option(label="verl seq-mean-token-mean")
-    )
+    timings["loss mode"] = timer.time(mode, lambda: mode.select_option(label="verl seq-mean-token-mean"))
     after = scatter.evaluate("(gd) => Array.from(gd._fullData[0].y)")
     assert after != before, "the rollouts' masses did not move with the loss mode"
     table.wait_for(state="visible")  # the clicked rollout's rows stay listed, now under the new mode
     cap = page.locator(f"{PANEL} .jp-OutputArea .widget-inline-hbox").filter(has_text="max_ppo_update_times").first
     seed = page.locator(f"{PANEL} .jp-OutputArea .widget-inline-hbox").filter(has_text="seed").locator("input").first
-    timings["seed"] = timed_change(page, seed, bars, lambda: (seed.fill("3"), seed.press("Enter")))
+    timings["seed"] = timer.time(seed, lambda: (seed.fill("3"), seed.press("Enter")))
     assert cap.is_visible()
     wait_idle(page)  # leave no work behind for the next notebook
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -337,76 +288,6 @@ INTERACTIONS = {
 }
 
 
-# ---- JupyterLab plumbing ------------------------------------------------------------------------------------
-
-
-def copy_for_the_browser(notebook: Path, copy: Path) -> None:
-    """The notebook as a person opens it; one whose defaults take far longer than a test (05: reproductions over up
-    to 10 seeds) declares ``metadata.agl_lab.browser_parameters``, injected after its parameters cell as papermill
-    would."""
-    parameters = nbformat.read(notebook, as_version=4).metadata.get("agl_lab", {}).get("browser_parameters")
-    if parameters is None:
-        shutil.copy(notebook, copy)
-        return
-    injected = parameterize_notebook(
-        load_notebook_node(str(notebook)), parameters, kernel_name="python3", language="python"
-    )
-    nbformat.write(injected, copy)
-
-
-def open_notebook(page: Page, lab: dict, name: str) -> None:
-    # reset: start from an empty workspace, not with the previous test's notebook restored (and made current)
-    page.goto(f"{lab['url']}/lab/tree/{name}?reset&token={lab['token']}")
-    # Wait for the kernel to be ready (or for a kernel dialog to answer): run-all sent earlier is lost.
-    page.wait_for_function(
-        """() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-            const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
-            return (k && k.status === 'idle' && w.sessionContext.isReady) || document.querySelector('.jp-Dialog'); }""",
-        timeout=120_000,
-    )
-    if page.locator(".jp-Dialog .jp-mod-accept").count():
-        page.locator(".jp-Dialog .jp-mod-accept").click()
-
-
-def run_all(page: Page, timeout_s: float = 600) -> None:
-    # Not awaited on purpose: the command's promise resolves only when every cell has run.
-    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
-    page.wait_for_function(
-        """() => { const w = window.jupyterapp.shell.currentWidget;
-            const cells = w.content.widgets.filter(c => c.model.type === 'code');
-            const s = w.sessionContext.session;  // null for a moment while a restored session reconnects
-            const idle = s && s.kernel && s.kernel.status === 'idle';
-            return idle && cells.every(c => c.model.executionCount !== null); }""",
-        timeout=timeout_s * 1000,
-        polling=500,
-    )
-
-
-def wait_idle(page: Page, timeout_s: float = 60) -> None:
-    page.wait_for_function(
-        """() => { const s = window.jupyterapp.shell.currentWidget.sessionContext.session;
-            return s && s.kernel && s.kernel.status === 'idle'; }""",
-        timeout=timeout_s * 1000,
-        polling=250,
-    )
-
-
-def save(page: Page) -> None:
-    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
-    page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000)
-
-
-def error_outputs(path: Path) -> list[str]:
-    notebook = nbformat.read(path, as_version=4)
-    return [
-        f"cell {i}: {output.ename}: {output.evalue}"
-        for i, cell in enumerate(notebook.cells)
-        if cell.cell_type == "code"
-        for output in cell.get("outputs", [])
-        if output.output_type == "error"
-    ]
-
-
 def screenshot(page: Page, stem: str) -> None:
     """The window, cut below the panel in view (when it ends above the window's bottom: no empty notebook below)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -425,22 +306,3 @@ def screenshot(page: Page, stem: str) -> None:
         target = Path(os.environ["AGL_LAB_SCREENSHOTS"])
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, target / path.name)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_for_server(port: int, token: str, server: subprocess.Popen, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"jupyter lab exited with {server.returncode} before it served")
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2)
-            return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError(f"jupyter lab did not answer on port {port} within {timeout_s:.0f} s")

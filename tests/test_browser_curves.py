@@ -14,22 +14,17 @@ import shutil
 
 import nbformat
 import pytest
+from jupyter_browser import PANEL, error_outputs, open_notebook, run_all, save, wait_idle
 from papermill.iorw import load_notebook_node
 from papermill.parameterize import parameterize_notebook
 from playwright.sync_api import Page
 from test_browser import (  # noqa: F401 (lab, browser and page are fixtures)
     ARTIFACTS,
-    PANEL,
     ROOT,
     browser,
-    error_outputs,
     hover_label,
     lab,
-    open_notebook,
     page,
-    run_all,
-    save,
-    wait_idle,
 )
 
 pytestmark = pytest.mark.timeout(900)

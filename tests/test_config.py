@@ -3,10 +3,10 @@ import re
 import pytest
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from agl_lab import ConfigError, compose_config
-from agl_lab.config.compose import BASES, base_config, compose_from, short_run_config
+from agl_lab.config.compose import BASES, base_config, compose_from, shared_base, short_run_config
 from agl_lab.lab.examples import EXAMPLE_OVERRIDES
 
 
@@ -181,6 +181,28 @@ def test_every_problem_is_reported_at_once():
 def test_broken_interpolation_is_an_error():
     with pytest.raises(ConfigError, match="fix the interpolation"):
         compose_config(dotlist=["trainer.experiment_name=${no.such.key}"])
+
+
+def test_plain_edits_cannot_break_the_bases_interpolations():
+    # compose_config resolves the config again only after a deletion or a new ${...} (compose._plain): it relies on
+    # every interpolation of the base taking whatever value its key holds, as oc.select and a plain reference do
+    base = shared_base()
+    texts = [node._value() for node in _interpolations(base)]
+    assert {resolver for t in texts for resolver in re.findall(r"\$\{([\w.]+):", t)} == {"oc.select"}
+    referenced = [t[2:-1] for t in texts if re.fullmatch(r"\$\{\w[\w.]*\}", t)]
+    for key in referenced:  # a plain reference's key cannot be deleted (it has a value: set it instead)
+        with pytest.raises(ConfigError, match="cannot delete it"):
+            compose_config(dotlist=[f"~{key}"])
+    test_broken_interpolation_is_an_error()  # a new ${...} is resolved
+
+
+def _interpolations(node):
+    for key in node.keys():
+        child = node._get_node(key)
+        if child._is_interpolation():
+            yield child
+        elif isinstance(child, DictConfig):
+            yield from _interpolations(child)
 
 
 def test_composition_leaves_a_running_hydra_app_alone():

@@ -247,3 +247,27 @@ def test_for_agent_lightnings_trainer_no_finding_is_about_the_lab_task_or_its_kn
     with pytest.raises(ValueError, match=r"trainer must be one of \('lab', 'agl'\), got 'verl'"):
         diagnose(cfg, trainer="verl")
     assert BASES["agl"].trainer == "agl" and {BASES[b].trainer for b in ("example", "short-run")} == {"lab"}
+
+
+@pytest.mark.parametrize(
+    "dotlist",
+    [
+        [],
+        ["algorithm.enable_rollout_level_advantage=false"],
+        ["algorithm.adv_estimator=remax", "actor_rollout_ref.actor.clip_ratio_c=0.5"],
+        ["agentlightning.max_ppo_update_times=0", "lab.max_turns=8"],
+    ],
+)
+def test_a_composed_config_gets_the_same_findings_without_rechecking_what_compose_checked(dotlist):
+    cfg = compose_config(overrides=EXAMPLE_OVERRIDES, dotlist=dotlist)
+    assert [str(f) for f in diagnose(cfg, composed=True)] == [str(f) for f in diagnose(cfg)]
+
+
+def test_a_value_equal_to_its_default_in_another_type_is_still_checked():
+    # the doctor skips leaves that are the base's own value, of the base's own type: True == 1, but it is no number
+    cfg = compose_config(overrides=EXAMPLE_OVERRIDES)
+    assert OmegaConf.select(cfg, "actor_rollout_ref.rollout.top_p") == 1
+    OmegaConf.update(cfg, "actor_rollout_ref.rollout.top_p", True)
+    errors = diagnose(OmegaConf.create(OmegaConf.to_yaml(cfg)))
+    assert [e.key for e in errors] == ["actor_rollout_ref.rollout.top_p"]
+    assert "must be a number, got True" in errors[0].message

@@ -1,6 +1,7 @@
 """The README's demo table is a demo's summary.md, copied between two markers by `make readme` (no demo runs here:
 a summary built from hand-made histories stands in)."""
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -9,7 +10,18 @@ from test_summary import history
 
 from agl_lab.config.settings import DEMO_SETTINGS
 from agl_lab.curves.history import long_form
-from agl_lab.curves.readme_table import END, START, main, parse_markdown_table, readme_table, with_table
+from agl_lab.curves.readme_table import (
+    END,
+    SPREAD_END,
+    SPREAD_START,
+    START,
+    main,
+    parse_markdown_table,
+    readme_table,
+    spread_line,
+    with_spread,
+    with_table,
+)
 from agl_lab.curves.summary import markdown_table
 from agl_lab.training.demo import demo_summary
 from agl_lab.training.sweep import SweepResult
@@ -70,3 +82,41 @@ def test_the_command_line_rewrites_the_readme(tmp_path, capsys):
 def test_bad_readmes_and_tables_are_refused_by_name(readme, table, text):
     with pytest.raises(ValueError, match=text):
         with_table(readme, table)
+
+
+def spread_file(rerun_success: float = 0.5) -> dict:
+    """data/demo_spread.json as benchmarks/bench_numbers.py writes it, small."""
+    table = [{"setting": "both_on", "success_last_20pct": 0.5, "rows_trained_per_step": 64.0, "wall_s": 5.0}]
+    rerun = [{**table[0], "success_last_20pct": rerun_success, "wall_s": 6.0}]
+    other = [{**table[0], "success_last_20pct": 0.52}]
+    return {
+        "cpu": "Some Xeon", "torch": "2.13.0+cpu", "kernels": "AVX512", "threads": 1,
+        "spread": {"success_first_20pct": 0.004, "success_last_20pct": 0.02, "rows_trained_per_step": 1.5},
+        "runs": [{"run": "as make readme", "kernels": "AVX512", "threads": 1, "table": table},
+                 {"run": "rerun", "kernels": "AVX512", "threads": 1, "table": rerun},
+                 {"run": "x", "kernels": "AVX2", "threads": 2, "table": other}],
+    }  # fmt: skip
+
+
+def test_the_spread_line_names_the_cpu_torch_the_kernels_tried_and_how_far_the_numbers_moved():
+    line = spread_line(spread_file())
+    assert line.startswith("Made on Some Xeon with torch 2.13.0+cpu (avx512 kernels, 1 thread).")
+    assert "run with avx2 × 2 threads (" in line  # the rerun is said apart
+    assert "success_first_20pct ±0.004, success_last_20pct ±0.02, rows_trained_per_step ±1.5" in line
+    assert "A fresh clone's demo agrees with this table within that spread" in line
+    assert "a rerun gives the same numbers" in line  # wall time aside, the rerun's table is the first's
+    assert "reruns on one machine differ too" in spread_line(spread_file(rerun_success=0.51))
+    with pytest.raises(ValueError, match="the spread file lacks 'torch': write it with benchmarks/bench_numbers.py"):
+        spread_line({k: v for k, v in spread_file().items() if k != "torch"})
+
+
+def test_the_readme_carries_the_spread_beside_the_table_and_the_command_line_writes_it(tmp_path):
+    real = README.read_text()
+    assert real.index(END) < real.index(SPREAD_START) < real.index(SPREAD_END)
+    spread = json.loads((README.parent / "data" / "demo_spread.json").read_text())
+    assert with_spread(real, spread) == real  # the README's line is the generator's, from the committed data
+    (tmp_path / "summary.md").write_text(demo_like_summary())
+    (tmp_path / "README.md").write_text(f"x\n{START}\n{END}\n{SPREAD_START}\n{SPREAD_END}\n")
+    (tmp_path / "spread.json").write_text(json.dumps(spread_file()))
+    assert main([str(tmp_path / n) for n in ("summary.md", "README.md", "spread.json")]) == 0
+    assert spread_line(spread_file()) in (tmp_path / "README.md").read_text()

@@ -9,6 +9,7 @@ import pytest
 
 from agl_lab import ConfigError
 from agl_lab.curves.history import read_wandb_offline
+from agl_lab.training.ray_start import start_ray
 from agl_lab.training.sweep import run_sweep, shared_ray
 from agl_lab.training.sweep_cells import CellRerunWarning, SweepChangedError
 from agl_lab.training.sweep_plan import plan_sweep
@@ -67,7 +68,7 @@ def test_wandb_mode_is_each_cells_setting_not_the_environments(tmp_path, monkeyp
         run_sweep({"a": []}, [0], sweep_dir=tmp_path / "t", executor="serial", wandb_mode="offlne")
 
 
-def test_ray_and_serial_executors_give_the_same_table(tmp_path):
+def test_ray_and_serial_executors_give_the_same_table(tmp_path, capfd):
     import ray
 
     assert not ray.is_initialized()
@@ -78,6 +79,13 @@ def test_ray_and_serial_executors_give_the_same_table(tmp_path):
         on_ray = run_sweep(SETTINGS, [0, 1], **kwargs)  # seed 0 done: runs seed 1's cells
         assert ray.is_initialized()
     assert not ray.is_initialized()
+    assert start_ray(num_cpus=2) and not start_ray(num_cpus=2)  # started early (notebook 04), once
+    try:
+        run_sweep(SETTINGS, [2], **kwargs)
+        assert ray.is_initialized()  # a Ray started before the sweep stays for the next one
+    finally:
+        ray.shutdown()
+    assert "Token authentication" not in capfd.readouterr().err  # Ray's default, without its warning each start
     serial = sweep(tmp_path, "serial")
     assert on_ray.cells["status"].tolist() == ["done"] * 4
     pd.testing.assert_frame_equal(canonical(on_ray.table), canonical(serial.table))
@@ -233,3 +241,11 @@ def collect_only(root):
 
     cells = plan_sweep(SETTINGS, [0, 1], sweep_dir=root, dotlist=TINY_RUN)
     return collect(cells)
+
+
+def test_start_ray_starts_nothing_for_a_serial_sweep_and_refuses_other_executors():
+    import ray
+
+    assert start_ray(executor="serial") is False and not ray.is_initialized()
+    with pytest.raises(ValueError, match=r"executor must be 'ray' or 'serial', got 'dask'"):
+        start_ray(executor="dask")

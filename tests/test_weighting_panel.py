@@ -50,7 +50,7 @@ def expected(panel, *, level=None):
 
 def figure_updates():
     """The plotly updates sent since the last call: one per figure update."""
-    keys = ("_py2js_update", "_py2js_relayout", "_py2js_restyle")
+    keys = ("_py2js_animate", "_py2js_update", "_py2js_relayout", "_py2js_restyle")
     updates = [m["state"][k] for m in SENT for k in keys if m.get("state", {}).get(k)]
     SENT.clear()
     return updates
@@ -66,9 +66,23 @@ def test_initial_panel_shows_the_direct_analysis(panel):
     assert panel.cfg.algorithm.adv_estimator == "grpo_vectorized"
     assert panel.error is None
     assert "PPO mini-batch = ppo_mini_batch_size × rollout.n = 4 rows" in panel.status.value  # 1 prompt × 4
-    # every rollout is one point: kept ones by reward, the rest at 0
-    n_points = sum(len(x) for x, _ in scatter_points(panel).values())
-    assert n_points == panel.result.rollout_groups.n_groups == 16
+    # every rollout is in one marker: kept ones by reward, the rest at 0
+    assert sum(int(c.sum()) for c in panel.scatter.counts) == panel.result.rollout_groups.n_groups == 16
+
+
+def test_rollouts_the_plot_would_draw_on_top_of_each_other_share_a_marker():
+    panel = WeightingPanel(knobs=SyntheticKnobs(n_prompts=64, rollouts_per_prompt=8, seed=1))
+    view = panel.result.view(panel.settings()["mode"], True)  # per_rollout_mean: a few masses per column
+    markers = sum(len(m) for m in panel.scatter.members)
+    assert markers < len(view.rollout_id) / 4  # 512 rollouts
+    assert sum(int(c.sum()) for c in panel.scatter.counts) == len(view.rollout_id)
+    traces = panel.scatter.widget.data[:3]
+    for trace, members, counts in zip(traces, panel.scatter.members, panel.scatter.counts, strict=True):
+        kept = view.rows_kept[members] > 0
+        np.testing.assert_allclose(np.asarray(trace.y), np.where(kept, view.mass[members], 0.0))  # drawn at its mass
+        np.testing.assert_allclose(np.round(np.asarray(trace.x)), view.rows_kept[members])  # in its column
+        for text, count in zip(trace.hovertext, counts, strict=True):
+            assert (f"and {count - 1} more here" in text) == (count > 1), text
 
 
 def test_a_mode_change_moves_the_points_and_the_shading_without_recomputing(panel):
@@ -77,15 +91,37 @@ def test_a_mode_change_moves_the_points_and_the_shading_without_recomputing(pane
     panel.controls["mode"].value = "seq-mean-token-mean"
     assert panel.result is result  # every mode was computed already
     updates = figure_updates()
-    assert len(updates) == 2  # the shading (a relayout of the bars) and the scatter (one restyle)
+    assert len(updates) == 2  # the shading (a trace of the bars) and the scatter: one animation frame each
+    assert all(u["animation_opts"]["frame"]["redraw"] is False for u in updates)  # no full redraw after the frame
     view = result.view("seq-mean-token-mean", True)
     points = scatter_points(panel)
-    kept = np.sort(np.concatenate([points["higher reward"][1], points["lower reward"][1]]))
-    np.testing.assert_allclose(kept, np.sort(view.mass[view.rows_kept > 0]))
+    members = np.concatenate(panel.scatter.members[:2])  # each marker's rollout
+    kept = np.concatenate([points["higher reward"][1], points["lower reward"][1]])
+    np.testing.assert_allclose(kept, view.mass[members])
     customdata = np.concatenate([np.asarray(t.customdata) for t in panel.scatter.widget.data[:3]])
-    np.testing.assert_allclose(np.sort(customdata), np.sort(view.weight))  # the hover's weight
+    np.testing.assert_allclose(customdata, view.weight[np.concatenate(panel.scatter.members)])  # the hover's weight
     assert "seq-mean-token-mean" in panel.summary.value
     assert mode_from_config(compose_config(dotlist=panel.dotlist())) == "seq-mean-token-mean"
+
+
+def test_every_axis_has_a_range_that_holds_its_data(panel):
+    # a frame without a redraw does not autorange: the panel gives every axis its range, and each update the ones
+    # that changed
+    figure_updates()
+    panel.controls["seed"].value = 3
+    bars, scatter = figure_updates()
+    assert "yaxis.range" in bars["layout_data"] and "yaxis.range" in scatter["layout_data"]
+    for figure, axes in ((panel.bars.widget, ("", "2", "3")), (panel.scatter.widget, ("",))):
+        for axis in axes:
+            x_low, x_high = figure.layout[f"xaxis{axis}"].range
+            y_low, y_high = figure.layout[f"yaxis{axis}"].range
+            on_axis = [t for t in figure.data if (t.xaxis or "x") == f"x{axis}" and t.y is not None and len(t.y)]
+            xs = np.concatenate([np.asarray(t.x, dtype=float) for t in on_axis])
+            tops = [np.asarray(t.y, dtype=float) + (t.base if getattr(t, "base", None) is not None else 0.0)
+                    for t in on_axis]  # fmt: skip
+            ys = np.concatenate(tops)
+            assert x_low <= np.nanmin(xs) and np.nanmax(xs) <= x_high, (axis, xs)
+            assert y_low <= np.nanmin(ys) and np.nanmax(ys) <= y_high, (axis, ys)
 
 
 def test_hover_text_names_the_rollout_and_its_numbers(panel):
@@ -124,8 +160,8 @@ def test_setting_the_cap_recomputes_and_redraws_both_figures(panel):
     pd.testing.assert_frame_equal(panel.result.rollouts, expected(panel).rollouts, rtol=1e-5)
     assert panel.result.totals["rows_kept"].unique().tolist() == [4]  # one mini-batch of 4 rows
     assert len(figure_updates()) == 2  # bars and scatter, one message each
-    dropped = scatter_points(panel)["no row kept"][0]
-    assert len(dropped) == (panel.result.rows_kept == 0).sum() > 0
+    dropped = panel.scatter.counts[panel.scatter.GROUPS.index("no row kept")]
+    assert dropped.sum() == (panel.result.rows_kept == 0).sum() > 0
 
 
 def test_micro_batch_and_dp_controls_move_geo_mean(panel):

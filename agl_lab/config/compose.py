@@ -120,8 +120,8 @@ def compose_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence
         except (OmegaConfBaseException, KeyError) as exc:
             fixed = " (the lab: section has fixed fields, see agl_lab.LabConfig)" if path.startswith("lab.") else ""
             problems.append(f"{path}: {_short(exc)}{fixed}")
-    if not problems:
-        try:
+    if not problems and not all(mode != "delete" and _plain(value) for _, value, mode in edits):
+        try:  # interpolations (``${...}``) resolve; see _plain for why plain edits cannot break them
             OmegaConf.to_container(cfg, resolve=True)
         except OmegaConfBaseException as exc:
             problems.append(f"{_short(exc)}: fix the interpolation (${{...}}) or set a plain value")
@@ -194,6 +194,18 @@ def _coerce(path: str, value: Any, base: DictConfig) -> Any:
     if isinstance(expected, float) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     return value
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds no interpolation. Setting or adding plain values keeps every interpolation of the
+    base resolvable: they are ``${oc.select:key,default}`` or plain references, which take any value that is there
+    (a merge never removes a key). Only a deletion or a new ``${...}`` can break one, so only those pay for resolving
+    the whole config again (most of composing's time, which a live form pays on every change)."""
+    if isinstance(value, Mapping):
+        return all(_plain(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return all(_plain(v) for v in value)
+    return not (isinstance(value, str) and "${" in value)
 
 
 def _apply(cfg: DictConfig, path: str, value: Any, mode: str) -> None:

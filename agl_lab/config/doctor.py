@@ -17,6 +17,7 @@ knobs count) or ``agl`` (Agent Lightning's, as ``agl-lab launch`` sends it: thei
 from __future__ import annotations
 
 import difflib
+import functools
 from typing import Any
 
 import pandas as pd
@@ -65,15 +66,21 @@ _AGG_MODES = [m.settings[LOSS_AGG_MODE] for m in LOSS_MODES.values() if LOSS_AGG
 _LAB_RULES = {name: lab_field_rule(name) for name in LabConfig.__dataclass_fields__}
 
 ADV, PAIR_ADV = ESTIMATOR, ROLLOUT_LEVEL
+_ABSENT = object()  # a path the base does not have
 
 
-def diagnose(cfg: DictConfig, *, trainer: str = "lab") -> list[Finding]:
-    """Every finding for ``cfg`` as ``trainer`` (``lab`` or ``agl``: :data:`TRAINERS`) would run it, errors first."""
+def diagnose(cfg: DictConfig, *, trainer: str = "lab", composed: bool = False) -> list[Finding]:
+    """Every finding for ``cfg`` as ``trainer`` (``lab`` or ``agl``: :data:`TRAINERS`) would run it, errors first.
+
+    ``composed=True``: ``cfg`` is what :func:`agl_lab.compose_config` returned, which has checked its keys, types and
+    interpolations already (it raises otherwise); those checks are skipped, the rest is the same. Resolving the
+    interpolations again is most of the doctor's time, which a live form (notebook 02) pays on every change.
+    """
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {TRAINERS}, got {trainer!r}")
     if not OmegaConf.is_config(cfg):
         raise TypeError(f"cfg must be a composed config (agl_lab.compose_config(...)), got {type(cfg).__name__}")
-    findings = bad_keys_and_values(cfg)
+    findings = _enums(_getter(cfg)) if composed else bad_keys_and_values(cfg)
     if findings:
         return findings  # the checks below would reason about keys and values that do not exist
     get = _getter(cfg)
@@ -136,10 +143,13 @@ def raise_for_errors(findings: list[Finding]) -> None:
 
 
 def _structure(cfg: DictConfig) -> list[Finding]:
-    base = shared_base()
+    base, defaults = shared_base(), _base_leaves()
     findings: list[Finding] = []
     reported: list[str] = []
     for path, value in leaves(cfg):
+        default = defaults.get(path, _ABSENT)
+        if type(default) is type(value) and default == value:
+            continue  # the base's own key and value: nothing to check (most of a composed config)
         if any(path.startswith(r + ".") for r in reported):
             continue
         problem = key_problem(path, base)
@@ -156,6 +166,11 @@ def _structure(cfg: DictConfig) -> list[Finding]:
     except OmegaConfBaseException as exc:
         findings.append(Finding("error", "config", str(exc).splitlines()[0], "fix or replace the interpolation"))
     return findings
+
+
+@functools.lru_cache(maxsize=1)
+def _base_leaves() -> dict[str, Any]:
+    return dict(leaves(shared_base()))
 
 
 def _enums(get) -> list[Finding]:

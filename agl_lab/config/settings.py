@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos
 
-from agl_lab.config.compose import base_config
+from agl_lab.config.compose import shared_base
 from agl_lab.config.dotlist import format_dotlist
 from agl_lab.config.modes import mode_settings
 
@@ -61,7 +61,7 @@ class Setting:
     @property
     def default(self) -> Any:
         """Agent Lightning's default, as its config defines it."""
-        return OmegaConf.select(base_config(), self.key, default=None)
+        return OmegaConf.select(shared_base(), self.key, default=None)  # read only: no copy of the base
 
 
 SETTINGS: dict[str, Setting] = {

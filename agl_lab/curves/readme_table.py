@@ -4,19 +4,29 @@
 ``python -m agl_lab.curves.readme_table runs/readme-demo/summary.md README.md``, which replaces what lies between
 the README's two markers (:data:`START`, :data:`END`) with that file, unchanged. So the README's numbers are the
 demo's, its columns are :func:`agl_lab.curves.summary.summarize`'s, and a test reads the table back.
+
+The numbers depend on the CPU's kernels: with a third argument, ``data/demo_spread.json``
+(``benchmarks/bench_numbers.py``: the demo under torch's other CPU kernels, 2 threads and a rerun), the line between
+:data:`SPREAD_START` and :data:`SPREAD_END` says which CPU and torch made the table and how far the numbers moved
+(:func:`spread_line`).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["END", "START", "parse_markdown_table", "readme_table", "with_table"]
+__all__ = ["END", "SPREAD_END", "SPREAD_START", "START", "parse_markdown_table", "readme_table", "spread_line",
+           "with_spread", "with_table"]  # fmt: skip
 
 START = "<!-- demo table: `make readme` copies it from the demo's summary.md; do not edit by hand -->"
 END = "<!-- end of demo table -->"
+SPREAD_START = "<!-- demo spread: `make readme` writes it from data/demo_spread.json; do not edit by hand -->"
+SPREAD_END = "<!-- end of demo spread -->"
+SPREAD_COLUMNS = ("success_first_20pct", "success_last_20pct", "rows_trained_per_step")  # what the line names
 
 
 def readme_table(readme: str) -> str:
@@ -30,6 +40,36 @@ def with_table(readme: str, table: str) -> str:
     parse_markdown_table(table)  # refuse anything that is not one Markdown table
     before, _, after = _split(readme)
     return f"{before}{START}\n{table.rstrip(chr(10))}\n{END}{after}"
+
+
+def with_spread(readme: str, spread: dict) -> str:
+    """``readme`` with the text between its spread markers replaced by :func:`spread_line` of ``spread``."""
+    before, _, after = _split(readme, SPREAD_START, SPREAD_END)
+    return f"{before}{SPREAD_START}\n{spread_line(spread)}\n{SPREAD_END}{after}"
+
+
+def spread_line(spread: dict) -> str:
+    """What made the table and how far its numbers move elsewhere, from ``benchmarks/bench_numbers.py``'s JSON."""
+    for key in ("cpu", "torch", "kernels", "threads", "spread", "runs"):
+        if key not in spread:
+            raise ValueError(f"the spread file lacks {key!r}: write it with benchmarks/bench_numbers.py")
+    others = sorted({f"{run['kernels'].lower()} × {run['threads']} thread{'s' if run['threads'] > 1 else ''}"
+                     for run in spread["runs"][2:]})  # after the first run and its rerun  # fmt: skip
+    moved = ", ".join(f"{c} ±{spread['spread'][c]:g}" for c in SPREAD_COLUMNS if c in spread["spread"])
+    return (
+        f"Made on {spread['cpu']} with torch {spread['torch']} ({spread['kernels'].lower()} kernels, "
+        f"{spread['threads']} thread). Other CPUs: the numbers depend on the kernels torch picks for the CPU; run "
+        f"with {', '.join(others)} (`benchmarks/bench_numbers.py`), they moved by at most {moved}. A fresh clone's "
+        f"demo agrees with this table within that spread; {_rerun_words(spread['runs'])}."
+    )
+
+
+def _rerun_words(runs: list[dict]) -> str:
+    first, rerun = (pd.DataFrame(run["table"]).drop(columns="wall_s", errors="ignore") for run in runs[:2])
+    same = first.equals(rerun)
+    return (
+        "on one machine a rerun gives the same numbers" if same else "reruns on one machine differ too (see the file)"
+    )
 
 
 def parse_markdown_table(text: str) -> pd.DataFrame:
@@ -46,23 +86,26 @@ def parse_markdown_table(text: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=header)
 
 
-def _split(readme: str) -> tuple[str, str, str]:
-    if readme.count(START) != 1 or readme.count(END) != 1:
-        raise ValueError(f"the README needs each marker exactly once, in this order:\n{START}\n{END}")
-    before, rest = readme.split(START)
-    inside, after = rest.split(END)
+def _split(readme: str, start: str = START, end: str = END) -> tuple[str, str, str]:
+    if readme.count(start) != 1 or readme.count(end) != 1:
+        raise ValueError(f"the README needs each marker exactly once, in this order:\n{start}\n{end}")
+    before, rest = readme.split(start)
+    inside, after = rest.split(end)
     if not before.endswith("\n") and before:
         raise ValueError("the start marker must begin a line")
     return before, inside.strip("\n") + "\n", after
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m agl_lab.curves.readme_table SUMMARY_MD README_MD", file=sys.stderr)
+    if len(argv) not in (2, 3):
+        print("usage: python -m agl_lab.curves.readme_table SUMMARY_MD README_MD [SPREAD_JSON]", file=sys.stderr)
         return 2
-    summary, readme = (Path(arg) for arg in argv)
-    readme.write_text(with_table(readme.read_text(), summary.read_text()))
-    print(f"{readme}: demo table copied from {summary}")
+    summary, readme = Path(argv[0]), Path(argv[1])
+    text = with_table(readme.read_text(), summary.read_text())
+    if len(argv) == 3:
+        text = with_spread(text, json.loads(Path(argv[2]).read_text()))
+    readme.write_text(text)
+    print(f"{readme}: demo table copied from {summary}" + (f", its spread from {argv[2]}" if len(argv) == 3 else ""))
     return 0
 
 

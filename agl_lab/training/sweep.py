@@ -19,7 +19,8 @@ worker (its steps and policy kept), and the Ray instance the sweep started is sh
 
 A cell trains with ``lab.cpu_threads`` torch threads (1 by default) whichever executor runs it, so Ray and
 serial sweeps give the same numbers for the same seeds. Ray workers register ``per_rollout_mean`` through
-``agl_lab.ray_runtime_env``.
+``agl_lab.ray_runtime_env``. A sweep uses a Ray already running (:func:`agl_lab.training.ray_start.start_ray` starts
+it early, with warm workers) and leaves it running; one it starts itself it shuts down at its end.
 Notebook: ``notebooks/04_reproduce_curves.ipynb``.
 """
 
@@ -42,7 +43,6 @@ from agl_lab.config.arguments import string_list
 from agl_lab.config.compose import short_run_config
 from agl_lab.config.lab_config import lab_field_rule
 from agl_lab.config.secrets import mask_secrets, secret_values
-from agl_lab.core.loss import ray_runtime_env
 from agl_lab.training.locks import directory_lock
 from agl_lab.training.process_state import (
     Terminated,
@@ -51,6 +51,7 @@ from agl_lab.training.process_state import (
     stop_signals,
     stopped_by,
 )
+from agl_lab.training.ray_start import start_ray
 from agl_lab.training.sweep_cells import Cell, cell_status, collect, refuse_changed, warn_reruns, write_status
 from agl_lab.training.sweep_plan import plan_sweep
 from agl_lab.training.trainer import train
@@ -171,20 +172,13 @@ def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: 
 
     if not cells:
         return
-    started_here = not ray.is_initialized()
+    try:
+        started_here = start_ray(address=address, num_cpus=num_cpus)  # False: a Ray already running (start_ray's)
+    except SystemExit as exc:  # while it starts, Ray's own handler turns SIGTERM into sys.exit(15)
+        if exc.code == signal.SIGTERM:
+            raise Terminated("signal SIGTERM") from None
+        raise
     if started_here:
-        try:
-            ray.init(
-                address=address,
-                num_cpus=None if address else num_cpus,
-                runtime_env=ray_runtime_env(),
-                include_dashboard=False,
-                log_to_driver=False,
-            )
-        except SystemExit as exc:  # while it starts, Ray's own handler turns SIGTERM into sys.exit(15)
-            if exc.code == signal.SIGTERM:
-                raise Terminated("signal SIGTERM") from None
-            raise
         if _SHARED:  # it outlives this sweep, until the shared_ray() block ends
             _SHARED[-1].callback(ray.shutdown)
             started_here = False

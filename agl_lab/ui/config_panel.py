@@ -78,7 +78,7 @@ class ConfigPanel:
         """Compose again from the current form values and redraw the view."""
         try:
             self.cfg = compose_config(overrides=self.base_overrides, dotlist=self.dotlist())
-            self.findings, self.error = diagnose(self.cfg), None
+            self.findings, self.error = diagnose(self.cfg, composed=True), None
         except ConfigError as exc:
             self.cfg, self.findings, self.error = None, [], str(exc)
         self.view.value = self._render()

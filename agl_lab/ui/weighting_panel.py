@@ -45,7 +45,8 @@ from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
 from agl_lab.lab.synthetic_fast import fast_synthetic_rows
 from agl_lab.lab.weighting import Weighting, analyze_weighting
 from agl_lab.ui.controls import WIDE, control_overrides, control_settings, generator_controls, settings_controls
-from agl_lab.ui.weighting_figures import RolloutScatter, WeightBars, hover_texts
+from agl_lab.ui.rollout_scatter import RolloutScatter
+from agl_lab.ui.weighting_figures import WeightBars
 from agl_lab.ui.weighting_html import rows_html, summary_html
 
 __all__ = ["WeightingPanel"]
@@ -182,16 +183,11 @@ class WeightingPanel:
             self._drawn["highlight"] = mode
             drawn.append("bars")
         elif self._drawn.get("highlight") != mode:
-            self.bars.widget.plotly_relayout(self.bars.highlight(mode))
+            self.bars.widget.plotly_update(self.bars.highlight(mode), trace_indexes=[self.bars.shading])
             self._drawn["highlight"] = mode
             drawn.append("highlight")
         if self._drawn.get("scatter") != (self._selection, mode, level):
-            view = result.view(mode, level)
-            texts = None
-            if self._drawn.get("texts") != (self._selection, level):  # they do not depend on the mode
-                texts = hover_texts(view)
-                self._drawn["texts"] = (self._selection, level)
-            self.scatter.update(view, texts)
+            self.scatter.update(result.view(mode, level))
             self.scatter_title.value = (
                 f"<b>Rollout mass under {html.escape(LOSS_MODES[mode].label)}</b> (rollout-level advantage "
                 f"{'on' if level else 'off'}): hover a rollout for its numbers, click it for its rows"

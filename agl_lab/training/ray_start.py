@@ -1,0 +1,67 @@
+"""Ray for the lab's sweeps, started once and early, with only what the sweeps need.
+
+A sweep cell on a Ray it starts itself waits for Ray's processes and then for each worker to import torch, verl and
+the trainer (most of the wait, tens of seconds on 2 cores) before its first training step; a serial run in the
+kernel has them imported already. :func:`start_ray` starts Ray without what the lab does not use (no dashboard, the
+workers' output not forwarded to the notebook, Ray's own log lines above warnings off) and has one worker per CPU
+import the trainer in the background, then returns: a later sweep uses that Ray as it is (a Ray you started stays
+yours) and its warm workers, whose imports Ray keeps between tasks of this process, so a rerun of the sweep cell
+starts at once too. ``benchmarks/bench_ray_start.py`` measures the time from the sweep call to the first training
+step, serial and on Ray, cold and started early.
+
+A new local Ray enables token authentication (unless ``RAY_AUTH_MODE`` says otherwise) and says so in a warning on
+every start; the lab keeps that default and drops that one message (a filter on the logger of Ray's authentication
+set-up), so the notebook shows no warning. Notebook: ``notebooks/04_reproduce_curves.ipynb``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from agl_lab.core.loss import ray_runtime_env
+
+__all__ = ["start_ray"]
+
+_WARMING: list[Any] = []  # the warm-up tasks' references: kept so that nothing cancels them
+
+
+def start_ray(*, executor: str = "ray", address: str | None = None, num_cpus: int | None = None) -> bool:
+    """Start local Ray (or connect to ``address`` / ``RAY_ADDRESS``) for sweeps unless Ray runs in this process
+    already; True when this call started it. ``executor="serial"``: nothing to start (False), so a notebook passes
+    its executor whichever it is. ``num_cpus``: local Ray's CPUs (default: all). The workers' imports run in the
+    background; a sweep submitted meanwhile waits only for what is left of them."""
+    if executor not in ("ray", "serial"):
+        raise ValueError(f"executor must be 'ray' or 'serial', got {executor!r}")
+    import ray
+
+    if executor == "serial" or ray.is_initialized():
+        return False
+    _quiet_token_auth_notice()
+    ray.init(
+        address=address,
+        num_cpus=None if address else num_cpus,
+        runtime_env=ray_runtime_env(),
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+    )
+    warm = ray.remote(num_cpus=1, max_retries=0)(_import_the_trainer)
+    _WARMING[:] = [warm.remote() for _ in range(max(int(ray.cluster_resources().get("CPU", 1)), 1))]
+    return True
+
+
+def _quiet_token_auth_notice() -> None:
+    """Drop Ray's warning that token authentication is on by default (it is on; Ray's other warnings stay)."""
+    notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    if _drop_default_notice not in notice.filters:
+        notice.addFilter(_drop_default_notice)
+
+
+def _drop_default_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
+def _import_the_trainer() -> None:
+    """In a worker: import what a sweep's cell runs, so the cell starts training when it arrives."""
+    import agl_lab.training.sweep  # noqa: F401 (the import is the point: torch, verl, the trainer)

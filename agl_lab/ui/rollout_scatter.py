@@ -1,0 +1,132 @@
+"""The weighting panel's rollout figure: every rollout's signed mass against the rows it kept, as the plot can show it.
+
+One point per rollout stops working at the sizes the panel is for: 10,000 rows are 7,200 rollouts, most of them
+drawn on top of each other in a few columns, and sending, drawing and hit-testing them all took most of a control
+change (``benchmarks/bench_browser.py``). So rollouts of one reward group and kept-row count whose masses lie within
+1/:attr:`RolloutScatter.Y_BINS` of the plot's height of each other share one marker: drawn at the mass of its middle
+rollout, its area growing with how many it holds. Hover shows that rollout's id, uid, rows, tokens, reward,
+advantage, weight and fate and how many more the marker holds; a click lists its rows. A few hundred SVG markers at
+10k rows (per_rollout_mean: ~120; the token modes: ~250). Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import plotly.graph_objects as go
+
+from agl_lab.lab.weighting_result import RolloutView
+from agl_lab.ui.weighting_figures import GROUP_COLOURS, TransitionFigure, contiguous
+
+__all__ = ["RolloutScatter", "hover_texts"]
+
+# The weight comes as a number (a binary array) and the mass is the marker's y: only the rollout's details are text.
+_HOVER = "%{hovertext}<br>weight %{customdata:.3g}<br>mass %{y:.3g}<extra></extra>"
+_OFFSET = (-0.12, 0.12, 0.0)  # the two reward groups side by side in each column; nothing kept sits at 0
+
+
+class RolloutScatter:
+    """Each rollout's mass against the rows it kept, by reward group (see the module); a click on a marker calls
+    ``on_pick(index)`` with the index of the rollout it shows. ``members[g]``/``counts[g]``: per marker of group
+    ``g``'s trace, that rollout and how many rollouts the marker holds."""
+
+    GROUPS = ("higher reward", "lower reward", "no row kept")
+    Y_BINS = 120  # about 3 px of the plot each: closer masses would overlap anyway
+
+    def __init__(self, on_pick: Callable[[int], None] | None = None) -> None:
+        self.on_pick = on_pick
+        self.members: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * 3
+        self.counts: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * 3
+        fig = go.Figure()
+        for g, name in enumerate(self.GROUPS):
+            fig.add_trace(go.Scatter(name=name, mode="markers", marker=dict(color=GROUP_COLOURS[g], opacity=0.7,
+                                     line_width=0), hovertemplate=_HOVER))  # fmt: skip
+        fig.add_trace(go.Scatter(name="column mean", mode="lines", line=dict(color="black", width=2),
+                                 hoverinfo="skip"))  # fmt: skip
+        fig.add_trace(go.Scatter(mode="lines", line=dict(color="#888", width=1), hoverinfo="skip", showlegend=False))
+        fig.update_layout(width=560, height=450, margin=dict(l=60, r=10, t=56, b=40, autoexpand=False),
+                          title=dict(text="each rollout's signed mass vs the rows it kept", font_size=13, y=0.98),
+                          hovermode="closest", uirevision="keep", hoverlabel=dict(align="left"),
+                          xaxis=dict(title_text="rows per rollout (kept)", dtick=1, ticklabeloverflow="allow"),
+                          yaxis=dict(title_text="mass = Σ weight × advantage", ticklabeloverflow="allow"),
+                          legend=dict(font_size=10, orientation="h", yanchor="bottom", y=1.01, x=0))  # fmt: skip
+        self.widget = TransitionFigure(fig)
+        for trace in self.widget.data[:3]:
+            trace.on_click(self._clicked)
+
+    def update(self, view: RolloutView) -> None:
+        """Move the markers to ``view``'s masses (one message)."""
+        n = len(view.rollout_id)
+        kept = view.rows_kept > 0
+        higher = view.reward >= (view.reward.min() + view.reward.max()) / 2 if n else np.zeros(0, bool)
+        group = np.where(kept, np.where(higher, 0, 1), 2)
+        y = np.where(kept, view.mass, 0.0)
+        markers, counts = _markers(group, view.rows_kept, y, bins=self.Y_BINS)
+        xs, ys, weights, hover, sizes = [], [], [], [], []
+        self.members, self.counts = [], []
+        for g in range(3):
+            chosen = group[markers] == g
+            idx, count = markers[chosen], counts[chosen]
+            self.members.append(idx), self.counts.append(count)
+            xs.append(contiguous(view.rows_kept[idx] + _OFFSET[g])), ys.append(contiguous(y[idx]))
+            weights.append(contiguous(view.weight[idx])), hover.append(hover_texts(view, idx, count))
+            sizes.append(contiguous(np.minimum(4 + 2.2 * np.sqrt(count), 22)))
+        means_x, means_y = _mean_segments(view.rows_kept[kept], view.mass[kept])
+        right = float(view.rows_kept.max(initial=0)) + 0.5
+        xs += [contiguous(means_x), [-0.5, right]]
+        ys += [contiguous(means_y), [0.0, 0.0]]
+        low, high = min(float(y.min(initial=0)), 0.0), max(float(y.max(initial=0)), 0.0)
+        pad = (high - low) * 0.06 or 1.0
+        self.widget.plotly_update(
+            restyle_data={"x": xs, "y": ys, "customdata": weights + [None, None], "hovertext": hover + [None, None],
+                          "marker.size": sizes + [None, None]},
+            relayout_data={"xaxis.range": [-0.5, right], "yaxis.range": [low - pad, high + pad]},
+            trace_indexes=[0, 1, 2, 3, 4],
+        )  # fmt: skip
+
+    def _clicked(self, trace, points, _state) -> None:
+        if not points.point_inds or self.on_pick is None:  # plotly calls every trace's handler; one has the point
+            return
+        group = self.GROUPS.index(trace.name)
+        self.on_pick(int(self.members[group][points.point_inds[0]]))
+
+
+def _markers(group: np.ndarray, column: np.ndarray, y: np.ndarray, *, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """One marker per (group, column, y-bin) that holds rollouts: the index of its middle rollout by ``y`` (where it is
+    drawn and what its hover describes) and how many rollouts it holds. ``bins`` split the range of ``y``."""
+    if not len(y):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    low, span = y.min(), float(y.max() - y.min()) or 1.0
+    level = np.minimum(((y - low) / span * bins).astype(np.int64), bins)
+    key = (group.astype(np.int64) * (int(column.max()) + 1) + column) * (bins + 1) + level
+    order = np.lexsort((y, key))  # by marker, then by mass within it
+    starts = np.flatnonzero(np.r_[True, key[order][1:] != key[order][:-1]])
+    counts = np.diff(np.r_[starts, len(order)])
+    return order[starts + (counts - 1) // 2], counts
+
+
+def _mean_segments(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A short horizontal line at each column's mean, as one trace with gaps (NaN) between the lines."""
+    columns = np.unique(x)
+    sums = np.bincount(np.searchsorted(columns, x), weights=y, minlength=len(columns))
+    means = sums / np.maximum(np.bincount(np.searchsorted(columns, x), minlength=len(columns)), 1)
+    xs = np.stack([columns - 0.3, columns + 0.3, np.full(len(columns), np.nan)], axis=1).ravel()
+    ys = np.stack([means, means, np.full(len(columns), np.nan)], axis=1).ravel()
+    return xs, ys
+
+
+def hover_texts(view: RolloutView, index: np.ndarray, count: np.ndarray | None = None) -> np.ndarray:
+    """The hover text of rollouts ``index`` but their weight and mass (numbers the figure formats): id, uid, rows kept,
+    fate, tokens, reward and advantage; ``count``: how many rollouts each one's marker holds (said when more than 1)."""
+    fate = np.where(view.rows_kept == view.rows, "kept", np.where(view.rows_kept == 0, "dropped", "partly dropped"))
+    count = np.ones(len(index), dtype=np.int64) if count is None else count
+    lines = [
+        f"<b>rollout {view.rollout_id[i]}</b>{f' and {c - 1} more here' if c > 1 else ''}<br>uid {view.uid[i]}"
+        f"<br>rows {view.rows_kept[i]} of {view.rows[i]} kept ({fate[i]})<br>tokens {view.tokens_kept[i]:.0f}"
+        f"<br>reward {view.reward[i]:.3g}<br>advantage {view.advantage[i]:.3g}"
+        for i, c in zip(index.tolist(), count.tolist(), strict=True)
+    ]
+    out = np.empty(len(lines), dtype=object)
+    out[:] = lines
+    return out

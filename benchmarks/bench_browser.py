@@ -1,0 +1,248 @@
+"""Browser speed: every control of the notebooks' panels in JupyterLab, from its change event to the redrawn figure.
+
+Starts JupyterLab on a free port (copies of the notebooks in a temporary folder), opens each notebook with a panel in
+headless Chromium (Playwright on Debian's chromium, the browser tests' set-up: ``tests/jupyter_browser.py``), runs it,
+then changes every control of its panel several times and times each change in the page's own clock, from the
+control's change event (a select's ``change``, a click, the Enter that commits a number, the arrow key that moves a
+slider) to the animation frame after the last redraw it caused (plotly's ``plotly_afterplot`` and DOM mutations in
+the panel's cell), once the kernel is idle and the panel has been still for a while; Run and Stop count until the
+status line answers. No sleeps are timed.
+
+* 01, the weighting panel at ~10k rows (``PANEL_PROMPTS=900`` × 8 rollouts = 10,081 rows): rollout-level advantage,
+  loss mode, cap, mini- and micro-batch, dp ranks, seed, every generator knob.
+* 02, the config form: rollout-level advantage, loss mode, cap, mini-batch, estimator, the extra ``key=value`` field.
+* 03, the training panel: Run (until the status says it started) and Stop (until it says it is stopping) during a
+  run of the default size.
+* 04 has no controls yet (its figures are images); a driver added to ``DRIVERS`` joins it to the benchmark.
+
+Headless Chromium here has no GPU: WebGL runs in software (SwiftShader), so figures draw slower than on a desktop.
+The CPU is what it is: run it on a quiet machine (the load average is printed). Target: median ≤ 100 ms, slowest ≤
+150 ms, Stop ≤ 200 ms. The last line is ``browser: slowest control change N ms, median M ms over K changes``.
+
+Run: ``.venv/bin/python benchmarks/bench_browser.py [--repeats 3] [--notebooks 01 02 03] [--json out.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from playwright.sync_api import Locator, Page, sync_playwright
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the browser tests' JupyterLab set-up, shared
+
+from jupyter_browser import (  # noqa: E402
+    PANEL,
+    ChangeTimer,
+    copy_notebooks,
+    jupyter_lab,
+    launch_chromium,
+    open_notebook,
+    run_all,
+    wait_idle,
+)
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+# What each notebook runs with here: 01's live panel at ~10k rows (the rest of the notebook small), 03 without its
+# demo (its panel's runs are started by the benchmark, at the default size).
+PARAMETERS = {
+    "01_per_rollout_weighting": {"PANEL_PROMPTS": 900, "RUN_STEPS": 2, "HISTORY_STEPS": 3},
+    "03_short_training_runs": {"STEPS": 2, "DEMO": False, "RUN_PANEL": False},
+}
+Change = tuple[str, Locator, Callable[[], None], str | None]  # control name, control, what a person does, until
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3, help="changes per control (each a real change)")
+    parser.add_argument("--notebooks", nargs="*", default=sorted(DRIVERS), help="notebook number prefixes (01 ...)")
+    parser.add_argument("--json", type=Path, help="also write every timing here")
+    args = parser.parse_args()
+    chosen = [nb for nb in NOTEBOOKS if nb.stem in DRIVERS and nb.stem[:2] in {n[:2] for n in args.notebooks}]
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
+    timings: list[tuple[str, str, float]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-browser-") as tmp:
+        root = Path(tmp) / "root"
+        root.mkdir()
+        copy_notebooks(chosen, root, parameters=PARAMETERS)
+        with jupyter_lab(root, log_path=Path(tmp) / "jupyter.log") as lab, sync_playwright() as playwright:
+            browser = launch_chromium(playwright)
+            for notebook in chosen:
+                context = browser.new_context(viewport={"width": 1440, "height": 1100})
+                page = context.new_page()
+                open_notebook(page, lab, notebook.name)
+                run_all(page)
+                driver = DRIVERS[notebook.stem]
+                cell = page.locator(f"{PANEL} .jp-Cell").filter(has=page.locator(driver.cell)).first
+                cell.scroll_into_view_if_needed()
+                timer = ChangeTimer(page, cell)
+                for name, control, change, until in driver.changes(page, cell, args.repeats):
+                    control.scroll_into_view_if_needed()
+                    ms = timer.time(control, change, until=until)
+                    timings.append((notebook.stem[:2], name, ms))
+                    print(f"  {notebook.stem[:2]} {name:<34} {ms:7.0f} ms", flush=True)
+                if driver.finish:
+                    driver.finish(page, cell)
+                wait_idle(page, timeout_s=300)
+                context.close()
+            browser.close()
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    report(timings, args.json)
+
+
+def report(timings: list[tuple[str, str, float]], json_path: Path | None) -> None:
+    controls: dict[tuple[str, str], list[float]] = {}
+    for notebook, name, ms in timings:
+        controls.setdefault((notebook, name), []).append(ms)
+    print(f"\n{'notebook control':<40}{'median':>8}{'min':>8}{'max':>8}  (ms, change event → redrawn)")
+    for (notebook, name), values in controls.items():
+        print(f"{notebook} {name:<37}{statistics.median(values):8.0f}{min(values):8.0f}{max(values):8.0f}")
+    if json_path:
+        json_path.write_text(json.dumps([{"notebook": n, "control": c, "ms": round(m, 1)} for n, c, m in timings]))
+    values = [ms for _, _, ms in timings]
+    print(
+        f"browser: slowest control change {max(values):.0f} ms, median {statistics.median(values):.0f} ms over "
+        f"{len(values)} changes"
+    )
+
+
+# ---- what a person does in each panel ----------------------------------------------------------------------------
+
+
+def labelled(cell: Locator, text: str) -> Locator:
+    """The widget row whose description is exactly ``text``."""
+    label = cell.page.locator(".widget-label", has_text=re.compile(rf"^\s*{re.escape(text)}\s*$"))
+    return cell.locator(".widget-inline-hbox").filter(has=label).first
+
+
+def number_changes(name: str, row: Locator, repeats: int) -> list[Change]:
+    """Type a new number and Enter, then the first again, and so on: every change a real one."""
+    field = row.locator("input").first
+    start = int(float(field.input_value()))
+    high = int(float(field.get_attribute("max") or start + 1))
+    other = start + 1 if start + 1 <= high else start - 1
+    values = [other if i % 2 == 0 else start for i in range(repeats)]
+    return [(name, field, lambda v=v: (field.fill(str(v)), field.press("Enter")), None) for v in values]
+
+
+def slider_changes(name: str, row: Locator, repeats: int) -> list[Change]:
+    """One step of the slider by keyboard, back and forth (towards the open side first)."""
+    handle = row.locator(".noUi-handle").first
+    at_max = handle.get_attribute("aria-valuenow") == handle.get_attribute("aria-valuemax")
+    keys = ("ArrowLeft", "ArrowRight") if at_max else ("ArrowRight", "ArrowLeft")
+    return [(name, handle, lambda k=keys[i % 2]: (handle.focus(), handle.press(k)), None) for i in range(repeats)]
+
+
+def select_changes(name: str, row: Locator, other: str, repeats: int) -> list[Change]:
+    """Pick ``other`` (an option's label), then the first option shown, and so on."""
+    select = row.locator("select").first
+    start = select.evaluate("(s) => s.options[s.selectedIndex].label")
+    labels = [other if i % 2 == 0 else start for i in range(repeats)]
+    return [(name, select, lambda label=label: select.select_option(label=label), None) for label in labels]
+
+
+def click_changes(name: str, target: Locator, repeats: int) -> list[Change]:
+    return [(name, target, target.click, None) for _ in range(repeats)]
+
+
+def weighting_panel(page: Page, cell: Locator, repeats: int) -> list[Change]:
+    """Notebook 01's live panel: the settings, the batch sizes and ranks, the seed, the generator's knobs."""
+    from agl_lab.config.settings import CAP, SETTINGS
+
+    changes = click_changes("rollout-level advantage", cell.locator(".widget-checkbox input").first, repeats)
+    changes += select_changes("loss mode", labelled(cell, "loss mode"), "verl seq-mean-token-mean", repeats)
+    changes += slider_changes("max_ppo_update_times", labelled(cell, SETTINGS[CAP].label), repeats)
+    for name in ("ppo_mini_batch_size (prompts)", "ppo_micro_batch_size_per_gpu (0: whole)", "dp ranks", "seed"):
+        changes += number_changes(name, labelled(cell, name), repeats)
+    for knob in ("n prompts", "rollouts per prompt", "min calls", "max calls", "fail extra calls", "min tokens",
+                 "max tokens"):  # fmt: skip
+        changes += number_changes(f"generator: {knob}", labelled(cell, knob), repeats)
+    for knob in ("success prob", "partial credit", "break prob", "continue prob"):
+        changes += slider_changes(f"generator: {knob}", labelled(cell, knob), repeats)
+    changes += select_changes("generator: calls", labelled(cell, "calls per rollout"), "uniform", repeats)
+    toggle = cell.locator(".widget-toggle-buttons").first
+    for i in range(repeats):
+        option = toggle.locator("button", has_text="transition" if i % 2 == 0 else "trajectory").first
+        changes.append(("generator: level", toggle, option.click, None))
+    return changes
+
+
+def config_form(page: Page, cell: Locator, repeats: int) -> list[Change]:
+    """Notebook 02's form: every field recomposes the config and redraws what it resolves to."""
+    from agl_lab.config.settings import CAP, ESTIMATOR, SETTINGS
+
+    changes = click_changes("rollout-level advantage", cell.locator(".widget-checkbox input").first, repeats)
+    changes += select_changes("loss mode", labelled(cell, "loss mode"), "verl token-mean", repeats)
+    changes += slider_changes("max_ppo_update_times", labelled(cell, SETTINGS[CAP].label), repeats)
+    changes += number_changes("ppo_mini_batch_size", labelled(cell, "ppo_mini_batch_size (prompts)"), repeats)
+    changes += select_changes("estimator", labelled(cell, SETTINGS[ESTIMATOR].label), "rloo", repeats)
+    extra = labelled(cell, "more key=value").locator("input").first
+    for i in range(repeats):
+        text = "data.train_batch_size=64" if i % 2 == 0 else ""
+        changes.append(("more key=value", extra, lambda t=text: (extra.fill(t), extra.press("Enter")), None))
+    return changes
+
+
+def training_panel(page: Page, cell: Locator, repeats: int) -> list[Change]:
+    """Notebook 03's panel: Run (answered when its Stop button is enabled) and, a few steps into the run, Stop
+    (answered when the status says it is stopping). Playwright's click waits for the button to be enabled, so each
+    Run starts once the run before has ended; the wait is not timed (the timer starts at the click)."""
+    steps = labelled(cell, "steps").locator("input").first
+    steps.fill("200")
+    steps.press("Enter")
+    run = cell.locator("button", has_text="Run").first
+    stop = cell.locator("button", has_text="Stop").first
+
+    def stop_a_few_steps_in() -> None:
+        page.wait_for_function(
+            f"(cell) => {_STATUS_JS}(cell, /Step ([3-9]|[0-9][0-9]+) of/)", arg=cell.element_handle(), timeout=180_000
+        )
+        stop.click()
+
+    changes: list[Change] = []
+    for _ in range(repeats):
+        changes.append(("Run", run, run.click, "(cell) => !cell.querySelector('button.mod-danger:disabled')"))
+        changes.append(("Stop", stop, stop_a_few_steps_in, f"(cell) => {_STATUS_JS}(cell, /stopp/)"))
+    return changes
+
+
+def training_panel_done(page: Page, cell: Locator) -> None:
+    """The last run has ended (the kernel reports idle while the panel's thread trains)."""
+    page.wait_for_function(
+        "(cell) => !cell.querySelector('button.mod-success:disabled')", arg=cell.element_handle(), timeout=180_000
+    )
+
+
+_STATUS_JS = (
+    "((cell, pattern) => [...cell.querySelectorAll('.widget-html-content')].some(e => pattern.test(e.innerText)))"
+)
+
+
+@dataclass(frozen=True)
+class Driver:
+    """A notebook's panel: a selector that finds its cell, what a person changes there, what to wait for after."""
+
+    cell: str
+    changes: Callable[[Page, Locator, int], list[Change]]
+    finish: Callable[[Page, Locator], None] | None = None
+
+
+# each notebook with a panel: a selector that finds the panel's cell, and what a person changes there
+DRIVERS = {
+    "01_per_rollout_weighting": Driver(".js-plotly-plot", weighting_panel),
+    "02_config_check": Driver(".widget-checkbox", config_form),
+    "03_short_training_runs": Driver("button.mod-success", training_panel, training_panel_done),
+}
+
+
+if __name__ == "__main__":
+    main()
