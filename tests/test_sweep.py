@@ -12,7 +12,7 @@ from agl_lab.curves.history import read_wandb_offline
 from agl_lab.training.sweep import run_sweep, shared_ray
 from agl_lab.training.sweep_cells import CellRerunWarning, SweepChangedError
 from agl_lab.training.sweep_plan import plan_sweep
-from conftest import TINY_RUN, start_gated
+from conftest import TINY_RUN, start_gated, torn_model
 
 SETTINGS = {
     "both_on": [],
@@ -99,12 +99,12 @@ def test_a_killed_cell_is_rerun_and_finished_cells_are_skipped(tmp_path):
 
 
 def test_a_failing_cell_never_loses_the_others(tmp_path):
-    (tmp_path / "not-a-model").mkdir()  # every check passes (it is a folder); loading a model from it fails mid-sweep
-    settings = {**SETTINGS, "broken": [f"lab.model_path={tmp_path / 'not-a-model'}"]}
+    # every check passes (a model folder with its config and tokenizer); loading its torn weights fails mid-sweep
+    settings = {**SETTINGS, "broken": [f"lab.model_path={torn_model(tmp_path / 'torn')}"]}
     result = run_sweep(settings, [0], sweep_dir=tmp_path / "s", dotlist=TINY_RUN, executor="serial", progress=False)
     cells = result.cells.set_index("setting")
     assert cells.loc["broken", "status"] == "failed"
-    assert "Couldn't instantiate the backend tokenizer" in cells.loc["broken", "error"]  # the empty folder's
+    assert "SafetensorError" in cells.loc["broken", "error"]  # the torn weights' own error
     assert cells.loc["both_on", "status"] == cells.loc["both_off", "status"] == "done"
     assert set(result.table.setting) == {"both_on", "both_off"}
 
