@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import socket
 
 import pandas as pd
 import pytest
@@ -44,6 +45,7 @@ def test_serial_sweep_table_and_cells(tmp_path):
     assert set(rollout_level.setting) == {"both_on"}
     cell = json.loads((tmp_path / "serial" / "both_off" / "seed-1" / "cell.json").read_text())
     assert cell["status"] == "done" and "lab.seed=1" in cell["dotlist"]
+    assert cell["node_id"] is None and cell["host"] == socket.gethostname()  # no Ray node: this machine
 
 
 def test_wandb_mode_is_each_cells_setting_not_the_environments(tmp_path, monkeypatch):
@@ -80,6 +82,10 @@ def test_ray_and_serial_executors_give_the_same_table(tmp_path):
     assert not ray.is_initialized()
     serial = sweep(tmp_path, "serial")
     assert on_ray.cells["status"].tolist() == ["done"] * 4
+    records = [json.loads(path.read_text()) for path in (tmp_path / "ray").glob("*/seed-*/cell.json")]
+    for seed in (0, 1):  # each sweep's local Ray instance is one node, recorded by its id
+        nodes = {record["node_id"] for record in records if record["seed"] == seed}
+        assert len(nodes) == 1 and re.fullmatch(r"[0-9a-f]{56}", nodes.pop())
     pd.testing.assert_frame_equal(canonical(on_ray.table), canonical(serial.table))
 
 
