@@ -140,11 +140,13 @@ def run_on_ray(
             for ref in done:
                 cell = pending.pop(ref)
                 try:
-                    write_cell_files(cell.run_dir, ray.get(ref))
+                    files = ray.get(ref)
                 except Exception as exc:  # the worker or its node died, retries spent: the cell failed, not the sweep
                     error = f"Ray task failed: {type(exc).__name__}: {exc}"
                     error = mask_secrets(error, [*hidden, *secret_values(cell.dotlist)])  # never the address
                     write_status(cell, "failed", error=error)
+                else:  # a disk error here is this machine's, and stops the sweep naming the file
+                    write_cell_files(cell.run_dir, files)
                 bar.update()
     except KeyboardInterrupt:
         for ref in pending:  # each running cell stops at its step boundary and saves what it finished
