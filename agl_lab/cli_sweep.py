@@ -10,7 +10,8 @@ interrupted ones. It writes :func:`agl_lab.training.demo.save_results`' panels (
 ``summary.csv``/``summary.md`` and ``effects.csv``/``effects.md`` (each setting against ``--baseline``, paired by
 seed: success over the last 20% of steps; default :func:`agl_lab.curves.effects.default_baseline`: ``both_off`` when
 swept, else the first setting), prints the summary and one verdict line per setting, and prints the sweep's folder
-last.
+last. ``--address HOST:PORT`` runs the cells on an existing Ray cluster (:mod:`agl_lab.training.sweep_ray`: each cell's
+files come back through Ray, its policy with ``--fetch-policies``); the address is never printed nor written.
 """
 
 from __future__ import annotations
@@ -64,6 +65,18 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
     sweep.add_argument(
         "--executor", choices=("ray", "serial"), default="ray", help="ray: runs in parallel on the cores (default)"
     )
+    sweep.add_argument(
+        "--address",
+        default=None,
+        metavar="HOST:PORT",
+        help="run the cells on the Ray cluster whose head is at HOST:PORT (each cell's files come back here; "
+        "never written to any file)",
+    )
+    sweep.add_argument(
+        "--fetch-policies",
+        action="store_true",
+        help="with --address: bring each cell's trained policy/ back too (default: it stays on its node)",
+    )
     bands = "; ".join(f"{name} = {label}" for name, label in BAND_LABELS.items())
     sweep.add_argument(
         "--band", choices=tuple(BAND_LABELS), default="ci95", help="across seeds: " + bands.replace("%", "%%")
@@ -101,18 +114,28 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     baseline = args.baseline or default_baseline(list(settings))
     if baseline not in settings:
         raise ValueError(f"--baseline {baseline!r} is not a setting of this sweep; choose one of {list(settings)}")
+    if args.address is not None and args.executor != "ray":
+        raise ValueError("--address names a Ray cluster: use it with --executor ray (the default)")
     out = Path(args.out) if args.out else Path("sweeps") / f"{datetime.datetime.now():%Y%m%d-%H%M%S}"
     print_base(SUBCOMMAND_BASES["sweep"])
     plan_sweep(settings, seeds, sweep_dir=out, dotlist=common)  # every setting checked before any cell runs
     listed = " ".join(map(str, seeds))
-    print(f"Sweep: {len(settings)} settings x {len(seeds)} seeds ({listed}), {args.executor}, in {out}/")
+    where = "ray cluster (--address)" if args.address else args.executor
+    print(f"Sweep: {len(settings)} settings x {len(seeds)} seeds ({listed}), {where}, in {out}/")
     width = max(len(name) for name in settings)
     for name, items in settings.items():
         print(f"  {name:<{width}}  {' '.join(items) or '(the base as it is)'}")
     if common:
         print(f"  every run: {' '.join(redact_argv(common))}")
     result = run_sweep(
-        settings, seeds, sweep_dir=out, dotlist=common, executor=args.executor, wandb_mode=args.wandb_mode
+        settings,
+        seeds,
+        sweep_dir=out,
+        dotlist=common,
+        executor=args.executor,
+        address=args.address,
+        fetch_policies=args.fetch_policies,
+        wandb_mode=args.wandb_mode,
     )
     save_results(result, out, band=args.band, baseline=baseline)
     failed = result.cells[result.cells.status != "done"]

@@ -12,7 +12,11 @@ Printed per backend: steps/s over the steps, trained tokens/s (prompt + response
 second of step time, verl's ``perf/throughput``), sampled tokens/s, the old log-prob and update times per step,
 peak GPU memory, and the success rate; then verl / lab ratios, and how closely the two runs agree (step 1's actor
 metrics; the steps with identical success rates). Step 1 is left out of the rates (CUDA warm-up).
-Without a GPU it exits 2 at once, saying so. ``key=value`` items go to both runs (e.g. ``lab.model_hidden=256``).
+Then one sweep cell per GPU through Ray (``agl_lab.run_sweep``, executor ``ray``, ``lab.device=cuda``, the default
+``lab.actor=lab``): each cell's Ray task asks for ``num_gpus=1``, so the N GPUs of the machine run N cells at once,
+one each; printed: the sweep's wall time beside the cells' own (all at once: the sweep takes about one cell's time,
+not N), each cell's status, node and wall time. ``--no-ray`` leaves it out.
+Without a GPU it exits 2 at once, saying so. ``key=value`` items go to every run (e.g. ``lab.model_hidden=256``).
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ BACKENDS = ("lab", "verl")
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=10, help="training steps per backend (default 10)")
-    parser.add_argument("dotlist", nargs="*", help="overrides for both runs, e.g. lab.model_hidden=256")
+    parser.add_argument("--no-ray", action="store_true", help="leave out the sweep of one cell per GPU on Ray")
+    parser.add_argument("dotlist", nargs="*", help="overrides for every run, e.g. lab.model_hidden=256")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print(
@@ -63,7 +68,33 @@ def main() -> int:
     for key in ("steps_per_s", "trained_tokens_per_s", "old_log_prob_ms", "update_ms"):
         print(f"  {key:<22} {results['verl'][key] / results['lab'][key]:6.2f}x")
     _print_agreement(histories["lab"], histories["verl"])
-    return 0
+    return 0 if args.no_ray else _sweep_one_cell_per_gpu(steps=args.steps, dotlist=args.dotlist)
+
+
+def _sweep_one_cell_per_gpu(*, steps: int, dotlist: list[str]) -> int:
+    """N seeds of one setting on Ray, each cell asking for one GPU (agl_lab.training.sweep_ray.cell_resources)."""
+    import json
+    from pathlib import Path
+
+    from agl_lab import run_sweep
+
+    gpus = torch.cuda.device_count()
+    items = ["lab.device=cuda", "trainer.logger=[]", f"trainer.total_training_steps={steps}", *dotlist]
+    print(f"\nRay: {gpus} cell(s), one per GPU (num_gpus=1 each), {steps} steps each")
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        result = run_sweep({"gpu": []}, list(range(gpus)), sweep_dir=f"{tmp}/sweep", dotlist=items, progress=False)
+        wall = time.perf_counter() - start
+        records = [json.loads(path.read_text()) for path in sorted(Path(tmp, "sweep").glob("gpu/seed-*/cell.json"))]
+    for record in records:
+        node = (record.get("node_id") or "?")[:12]
+        print(f"  seed {record['seed']}: {record['status']} on node {node} ({record['host']}), {record['wall_s']} s")
+    cells_s = sum(record["wall_s"] or 0 for record in records)
+    print(f"  sweep wall {wall:.1f} s (Ray's start included) for {cells_s:.1f} s of cells")
+    failed = result.cells[result.cells.status != "done"]
+    for cell in failed.itertuples():
+        print(f"  not finished: seed {cell.seed} ({cell.status}): {cell.error}", file=sys.stderr)
+    return 1 if len(failed) else 0
 
 
 def _print_agreement(lab, verl) -> None:

@@ -106,6 +106,17 @@ TINY_RUN = (
 )
 
 
+def torn_model(folder: Path) -> Path:
+    """A model folder every check passes (config, tokenizer, a weights file) whose weights are torn: loading it fails
+    in the run, after the sweep or demo planned and started (a failing cell)."""
+    from agl_lab import short_run_config
+    from agl_lab.training.policy import build_policy
+
+    build_policy(short_run_config(dotlist=TINY_RUN), words=["lock", "try"]).save(folder)
+    (folder / "model.safetensors").write_bytes(b"not a safetensors file")
+    return folder
+
+
 # Processes started together: each imports agl_lab, says "ready", then waits for the go file, so that the work they
 # race on starts within milliseconds of each other (imports alone take seconds, and vary).
 GATED = """

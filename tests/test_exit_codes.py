@@ -13,7 +13,7 @@ import pytest
 import agl_lab.training.trainer
 from agl_lab.cli import main
 from agl_lab.exit_codes import EXIT_CODES, report_errors
-from conftest import TINY_RUN
+from conftest import TINY_RUN, torn_model
 
 TINY = (*TINY_RUN, "trainer.logger=[]")
 
@@ -195,7 +195,7 @@ def test_the_readme_lists_the_same_exit_codes():
 
 
 def test_a_demo_whose_runs_failed_exits_1_naming_each(capsys, here):
-    (here / "not-a-model").mkdir()  # a folder, so every check passes; loading a model from it fails in each run
+    torn_model(here / "not-a-model")  # every check passes; loading its torn weights fails in each run
     code, _, err = cli(capsys, "demo", "--out", str(here / "demo"), *TINY, f"lab.model_path={here / 'not-a-model'}")
     assert code == 1
     assert [line.split(":")[1].strip() for line in err if line.startswith("agl-lab:")] == [

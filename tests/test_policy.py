@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from agl_lab.config.compose import compose_config
-from agl_lab.training.policy import SPECIAL_TOKENS, build_policy, generate, local_model_path, resolve_device, score
+from agl_lab.training.local_model import local_model_path
+from agl_lab.training.policy import SPECIAL_TOKENS, build_policy, generate, resolve_device, score
 from agl_lab.training.tasks import make_task
 
 WORDS = make_task("lock", size=4, max_turns=4, rewrite_prob=0.3, seed=0).words()

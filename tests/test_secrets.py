@@ -41,7 +41,7 @@ def test_no_secret_in_anything_a_check_export_run_or_sweep_writes_or_prints(tmp_
     from agl_lab import run_sweep
     from agl_lab.cli import main
     from agl_lab.config.compose import ConfigError
-    from conftest import TINY_RUN
+    from conftest import TINY_RUN, torn_model
 
     secret = "sk-grep-me-0815-4711"
     key = f"agentlightning.agl_key={secret}"
@@ -74,9 +74,8 @@ def test_no_secret_in_anything_a_check_export_run_or_sweep_writes_or_prints(tmp_
     )
     assert run.returncode == 0, run.stderr[-2000:]
     printed += [run.stdout, run.stderr]
-    # a sweep with the key in its dotlist (and one failing cell, whose error is recorded: a folder that holds no model)
-    (tmp_path / "not-a-model").mkdir()
-    settings = {"ok": [], "bad": [f"lab.model_path={tmp_path / 'not-a-model'}"]}
+    # a sweep with the key in its dotlist (and one failing cell, whose error is recorded: a model with torn weights)
+    settings = {"ok": [], "bad": [f"lab.model_path={torn_model(tmp_path / 'not-a-model')}"]}
     result = run_sweep(settings, [0], sweep_dir=tmp_path / "sweep", dotlist=[*TINY_RUN, key], executor="serial")
     print(result.cells.to_string(), result.table.head().to_string())
     with pytest.raises(ConfigError) as refused:

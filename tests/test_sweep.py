@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import socket
 
 import pandas as pd
 import pytest
@@ -13,7 +14,7 @@ from agl_lab.training.ray_start import start_ray
 from agl_lab.training.sweep import run_sweep, shared_ray
 from agl_lab.training.sweep_cells import CellRerunWarning, SweepChangedError
 from agl_lab.training.sweep_plan import plan_sweep
-from conftest import TINY_RUN, start_gated
+from conftest import TINY_RUN, start_gated, torn_model
 
 SETTINGS = {
     "both_on": [],
@@ -45,6 +46,7 @@ def test_serial_sweep_table_and_cells(tmp_path):
     assert set(rollout_level.setting) == {"both_on"}
     cell = json.loads((tmp_path / "serial" / "both_off" / "seed-1" / "cell.json").read_text())
     assert cell["status"] == "done" and "lab.seed=1" in cell["dotlist"]
+    assert cell["node_id"] is None and cell["host"] == socket.gethostname()  # no Ray node: this machine
 
 
 def test_wandb_mode_is_each_cells_setting_not_the_environments(tmp_path, monkeypatch):
@@ -88,6 +90,10 @@ def test_ray_and_serial_executors_give_the_same_table(tmp_path, capfd):
     assert "Token authentication" not in capfd.readouterr().err  # Ray's default, without its warning each start
     serial = sweep(tmp_path, "serial")
     assert on_ray.cells["status"].tolist() == ["done"] * 4
+    records = [json.loads(path.read_text()) for path in (tmp_path / "ray").glob("*/seed-*/cell.json")]
+    for seed in (0, 1):  # each sweep's local Ray instance is one node, recorded by its id
+        nodes = {record["node_id"] for record in records if record["seed"] == seed}
+        assert len(nodes) == 1 and re.fullmatch(r"[0-9a-f]{56}", nodes.pop())
     pd.testing.assert_frame_equal(canonical(on_ray.table), canonical(serial.table))
 
 
@@ -107,12 +113,12 @@ def test_a_killed_cell_is_rerun_and_finished_cells_are_skipped(tmp_path):
 
 
 def test_a_failing_cell_never_loses_the_others(tmp_path):
-    (tmp_path / "not-a-model").mkdir()  # every check passes (it is a folder); loading a model from it fails mid-sweep
-    settings = {**SETTINGS, "broken": [f"lab.model_path={tmp_path / 'not-a-model'}"]}
+    # every check passes (a model folder with its config and tokenizer); loading its torn weights fails mid-sweep
+    settings = {**SETTINGS, "broken": [f"lab.model_path={torn_model(tmp_path / 'torn')}"]}
     result = run_sweep(settings, [0], sweep_dir=tmp_path / "s", dotlist=TINY_RUN, executor="serial", progress=False)
     cells = result.cells.set_index("setting")
     assert cells.loc["broken", "status"] == "failed"
-    assert "Couldn't instantiate the backend tokenizer" in cells.loc["broken", "error"]  # the empty folder's
+    assert "SafetensorError" in cells.loc["broken", "error"]  # the torn weights' own error
     assert cells.loc["both_on", "status"] == cells.loc["both_off", "status"] == "done"
     assert set(result.table.setting) == {"both_on", "both_off"}
 

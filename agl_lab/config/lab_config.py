@@ -53,8 +53,9 @@ class LabConfig:
     # Chance that the environment rewrites the context after a wrong guess instead of appending to it: the next
     # prompt then does not continue the previous one, so the trajectory-level aggregator starts a new row.
     rewrite_prob: float = _field(0.3, low=0.0, high=1.0)
-    # A local Hugging Face model folder for the policy (e.g. a finished run's policy/). null = the tiny default,
-    # unless actor_rollout_ref.model.path is a local folder. Nothing is ever downloaded.
+    # A local Hugging Face causal-LM folder with its tokenizer for the policy (Qwen2, Llama, ..., a finished run's
+    # policy/); the task's prompts then go through its tokenizer and chat template (agl_lab.training.local_model).
+    # null = the tiny default, unless actor_rollout_ref.model.path is a local folder. Nothing is ever downloaded.
     model_path: str | None = None
     # The tiny default policy: LlamaForCausalLM layers and hidden width (heads = width / 16), weights from seed.
     model_layers: int = _field(2, low=1, high=64)

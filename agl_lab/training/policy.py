@@ -4,9 +4,10 @@ By default a tiny ``LlamaForCausalLM`` (``lab.model_layers`` layers of width ``l
 from a config, with a word-level tokenizer over the task's words built in code: nothing is downloaded,
 the weights come from ``lab.seed`` through a generator of the run's own (never torch's process-wide one, so runs in
 threads of one process do not disturb each other), and it learns the default task on a laptop CPU. A local Hugging Face
-model directory (``lab.model_path``, else ``actor_rollout_ref.model.path`` when that is a local directory)
-goes through the same code: ``from_pretrained`` instead of a config. A finished run's ``policy/`` folder is
-such a directory. ``lab.device: auto`` picks CUDA when torch sees a GPU, else the CPU.
+causal-LM folder with its tokenizer (``lab.model_path``, else ``actor_rollout_ref.model.path`` when that is a local
+directory; :mod:`agl_lab.training.local_model`) goes through the same code: ``from_pretrained`` instead of a config.
+A finished run's ``policy/`` folder is such a directory. ``lab.device: auto`` picks CUDA when torch sees a GPU, else
+the CPU.
 
 Sampling and scoring read verl's rollout keys (``temperature``, ``top_k``, ``top_p``): log-probs are taken
 on logits divided by the temperature, as verl's actor does, so old and new log-probs match the sampler.
@@ -25,8 +26,6 @@ from omegaconf import DictConfig
 from tokenizers import Tokenizer, models, pre_tokenizers
 from torch import nn
 from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedModel,
@@ -36,8 +35,9 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from agl_lab.curves.atomic_files import written_whole
+from agl_lab.training.local_model import check_model_folder, load_local_model
 
-__all__ = ["SPECIAL_TOKENS", "Policy", "build_policy", "generate", "local_model_path", "resolve_device", "score"]
+__all__ = ["SPECIAL_TOKENS", "Policy", "build_policy", "generate", "resolve_device", "score"]
 
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<eos>")  # ids 0, 1, 2 in the tiny tokenizer
 
@@ -83,35 +83,15 @@ def build_policy(cfg: DictConfig, *, words: list[str]) -> Policy:
     """The tiny default policy over ``words`` (the task's vocabulary), or the local model the config names."""
     lab = cfg.lab
     device = resolve_device(lab.device)
-    path = local_model_path(cfg)
+    path = check_model_folder(cfg)
     if path is not None:
-        trust = bool(cfg.actor_rollout_ref.model.get("trust_remote_code", False))
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
-        if tokenizer.pad_token_id is None:  # many chat models ship without one; padding is masked anyway
-            tokenizer.pad_token = tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust)
+        model, tokenizer = load_local_model(cfg, path)
         source = str(path)
     else:
         tokenizer = _word_tokenizer(words)
         model = _tiny_llama(tokenizer, layers=lab.model_layers, hidden=lab.model_hidden, seed=lab.seed)
         source = f"tiny LlamaForCausalLM ({lab.model_layers} layers, hidden {lab.model_hidden}, vocab {len(tokenizer)})"
     return Policy(model=model.to(device), tokenizer=tokenizer, device=device, source=source)
-
-
-def local_model_path(cfg: DictConfig) -> Path | None:
-    """``lab.model_path`` (must exist), else ``actor_rollout_ref.model.path`` if it is a local directory, else None."""
-    if cfg.lab.model_path:
-        path = Path(cfg.lab.model_path).expanduser()
-        if not path.is_dir():
-            raise FileNotFoundError(
-                f"lab.model_path={cfg.lab.model_path!r} is not a directory: give a local Hugging Face model folder "
-                "(config.json + weights), e.g. a finished run's policy/ folder, or null for the tiny default policy"
-            )
-        return path
-    verl_path = cfg.actor_rollout_ref.model.get("path")
-    if verl_path and Path(str(verl_path)).expanduser().is_dir():
-        return Path(str(verl_path)).expanduser()
-    return None
 
 
 def resolve_device(name: str) -> torch.device:

@@ -3,8 +3,8 @@
 :func:`check_trainable` asks, in order: the config doctor (:func:`agl_lab.diagnose`: keys, types, every range of
 :data:`agl_lab.config.constraints.CONSTRAINTS`, the settings' pairs), whether the lab's batch pipeline can compute the
 estimator, the step count, verl's own ``ActorConfig`` checks (its batch divisibility rules), that a ``lab.model_path``
-is a folder, and the memory and time
-one step needs on this machine (:mod:`agl_lab.config.feasibility`: an error when it cannot fit, a warning when it
+is a folder holding a causal LM and its tokenizer (:mod:`agl_lab.training.local_model`), and the memory and time one
+step needs on this machine (:mod:`agl_lab.config.feasibility`: an error when it cannot fit, a warning when it
 would be slow). :func:`agl_lab.train` runs it first; a sweep runs it for every cell before the first cell trains, so a
 bad setting fails the sweep at once rather than after the others trained.
 """
@@ -22,7 +22,7 @@ from agl_lab.config.checks import lab_estimator_problem
 from agl_lab.config.compose import ConfigError
 from agl_lab.config.doctor import diagnose, raise_for_errors
 from agl_lab.config.feasibility import feasibility_findings
-from agl_lab.training.policy import local_model_path
+from agl_lab.training.local_model import check_model_folder
 
 __all__ = ["FeasibilityWarning", "check_trainable"]
 
@@ -55,7 +55,7 @@ def check_trainable(cfg: DictConfig) -> tuple[int, Any]:
         raise ConfigError(
             f"verl refuses actor_rollout_ref.actor: {cause} (agl_lab.short_run_config sizes the batch for a short run)"
         ) from exc
-    local_model_path(cfg)  # a lab.model_path that is not a folder: FileNotFoundError now, not after the first cells
+    check_model_folder(cfg)  # a model folder that is missing, no causal LM or lacks its tokenizer: refused now
     findings = feasibility_findings(cfg)
     raise_for_errors(findings)
     for finding in findings:

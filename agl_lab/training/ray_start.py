@@ -42,9 +42,11 @@ def start_ray(*, executor: str = "ray", address: str | None = None, num_cpus: in
         address=address,
         num_cpus=None if address else num_cpus,
         runtime_env=ray_runtime_env(),
-        include_dashboard=False,
+        include_dashboard=False if not address else None,  # a cluster's head decides its own dashboard
         log_to_driver=False,
-        logging_level=logging.WARNING,
+        # Ray's lines ("Connecting to existing Ray cluster at address: ...", the token-auth notice) are no news to the
+        # user, and the first names the cluster's address; what goes wrong is raised, and reported as one line
+        logging_level=logging.ERROR,
     )
     warm = ray.remote(num_cpus=1, max_retries=0)(_import_the_trainer)
     _WARMING[:] = [warm.remote() for _ in range(max(int(ray.cluster_resources().get("CPU", 1)), 1))]

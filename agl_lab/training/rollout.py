@@ -3,7 +3,8 @@
 One step samples ``data.train_batch_size`` dataset items and ``actor_rollout_ref.rollout.n`` episodes of
 each (one GRPO group per item). Episodes run side by side: every turn, the prompts of all unfinished
 episodes go to the policy as one batch, with verl's rollout settings (``temperature``, ``top_k``, ``top_p``,
-``response_length`` new tokens per call). What comes out is what Agent Lightning's store holds for each
+``response_length`` new tokens per call), each prompt in the policy's tokens and, when its tokenizer has one, its chat
+template (:mod:`agl_lab.training.conversation`). What comes out is what Agent Lightning's store holds for each
 rollout, the sequence of ``(prompt ids, response ids)`` calls and one final reward, ready for
 :func:`agl_lab.core.aggregation.aggregate`.
 """
@@ -18,6 +19,7 @@ import torch
 from omegaconf import DictConfig
 
 from agl_lab.core.aggregation import LLMCall, Rollout
+from agl_lab.training.conversation import Conversation
 from agl_lab.training.policy import Policy, generate
 from agl_lab.training.tasks import LockTask
 
@@ -63,13 +65,13 @@ def collect_rollouts(
     """
     # episode j plays item j // n: the n rollouts of an item sit next to each other, as verl repeats prompts
     episodes = [task.start(item, step=step, index=j) for j, item in enumerate(np.repeat(items, sampling.n))]
-    contexts = [policy.encode(episode.prompt) for episode in episodes]
+    contexts = [Conversation(policy.tokenizer, episode.prompt) for episode in episodes]
     calls: list[list[LLMCall]] = [[] for _ in episodes]
     generated = 0
     while active := [j for j, episode in enumerate(episodes) if not episode.done]:
         responses = generate(
             policy,
-            [contexts[j] for j in active],
+            [contexts[j].ids for j in active],
             max_new_tokens=sampling.max_new_tokens,
             temperature=sampling.temperature,
             top_k=sampling.top_k,
@@ -77,13 +79,13 @@ def collect_rollouts(
             generator=generator,
         )
         for j, response in zip(active, responses, strict=True):
-            calls[j].append(LLMCall(prompt_ids=tuple(contexts[j]), response_ids=tuple(response)))
+            calls[j].append(LLMCall(prompt_ids=tuple(contexts[j].ids), response_ids=tuple(response)))
             generated += len(response)
             turn = episodes[j].respond(policy.decode(response))
             if turn.rewrite is not None:
-                contexts[j] = policy.encode(turn.rewrite)
+                contexts[j].restart(turn.rewrite)
             elif not turn.done:
-                contexts[j] = contexts[j] + response + policy.encode(turn.observation)
+                contexts[j].answer(response, turn.observation)
 
     rollouts = []
     for j, episode in enumerate(episodes):

@@ -27,11 +27,9 @@ Notebook: ``notebooks/04_reproduce_curves.ipynb``.
 from __future__ import annotations
 
 import shutil
-import signal
 import time
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -44,22 +42,15 @@ from agl_lab.config.compose import short_run_config
 from agl_lab.config.lab_config import lab_field_rule
 from agl_lab.config.secrets import mask_secrets, secret_values
 from agl_lab.training.locks import directory_lock
-from agl_lab.training.process_state import (
-    Terminated,
-    deferred_signals,
-    reinstall_stop_handlers,
-    stop_signals,
-    stopped_by,
-)
-from agl_lab.training.ray_start import start_ray
+from agl_lab.training.process_state import Terminated, deferred_signals, stop_signals, stopped_by
 from agl_lab.training.sweep_cells import Cell, cell_status, collect, refuse_changed, warn_reruns, write_status
 from agl_lab.training.sweep_plan import plan_sweep
+from agl_lab.training.sweep_ray import node_record, run_on_ray, shared_ray
 from agl_lab.training.trainer import train
 
 __all__ = ["Cell", "SweepResult", "plan_sweep", "run_cell", "run_sweep", "shared_ray"]
 
 Executor = Literal["ray", "serial"]
-CANCEL_WAIT_S = 60.0  # how long a stopped Ray sweep waits for its cancelled cells to save what they finished
 
 
 @dataclass
@@ -83,13 +74,16 @@ def run_sweep(
     executor: Executor = "ray",
     address: str | None = None,
     num_cpus: int | None = None,
+    fetch_policies: bool = False,
     progress: bool = True,
     wandb_mode: str | None = None,
 ) -> SweepResult:
     """Run every unfinished cell and collect the finished ones into one table.
 
-    ``executor="ray"`` uses a running Ray instance, the cluster at ``address``, or starts a local one with
-    ``num_cpus`` (default: the machine's cores); ``"serial"`` runs the cells here, one after another.
+    ``executor="ray"`` uses a running Ray instance, the cluster at ``address`` (``HOST:PORT`` of its head), or starts
+    a local one with ``num_cpus`` (default: the machine's cores); ``"serial"`` runs the cells here, one after another.
+    On Ray each cell's files come back to ``sweep_dir`` through Ray, its policy only with ``fetch_policies``
+    (:mod:`agl_lab.training.sweep_ray`).
     ``wandb_mode`` (``online``, ``offline``, ``disabled``): every cell's ``lab.wandb_mode``, so the cells' W&B runs
     go where you say without touching ``WANDB_MODE`` in your environment (None: each cell's default, ``auto``).
     """
@@ -110,10 +104,11 @@ def run_sweep(
         try:
             if executor == "serial":
                 for cell in todo:
-                    run_cell(cell, overrides, progress=progress and len(cells) == 1)
+                    run_cell(cell, overrides, progress=progress and len(cells) == 1, node=node_record())
                     bar.update()
             else:
-                _run_on_ray(todo, overrides, address=address, num_cpus=num_cpus, bar=bar)
+                run_on_ray(todo, overrides, run_cell=run_cell, address=address, num_cpus=num_cpus,
+                           fetch_policies=fetch_policies, bar=bar)  # fmt: skip
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: what finished is kept and returned; the next run resumes
             stopped, interrupted_by = True, stopped_by(exc)
         finally:
@@ -128,80 +123,25 @@ def run_sweep(
     )
 
 
-def run_cell(cell: Cell, overrides: Mapping[str, Any] | None, *, progress: bool = False) -> str:
-    """Run one cell in this process and record its status; a failure is recorded, not raised; a stop (Ctrl-C,
-    SIGTERM) is raised again as the same kind after the run kept its finished steps."""
+def run_cell(
+    cell: Cell, overrides: Mapping[str, Any] | None, *, progress: bool = False, node: dict | None = None
+) -> str:
+    """Run one cell in this process and record its status (and ``node``: the node's id and host, for ``cell.json``);
+    a failure is recorded, not raised; a stop (Ctrl-C, SIGTERM) is raised again as the same kind after the run kept
+    its finished steps."""
     run_dir = Path(cell.run_dir)
     if run_dir.exists():
         shutil.rmtree(run_dir)  # an interrupted or failed attempt (run_sweep warned): start the cell afresh
     run_dir.mkdir(parents=True)
-    write_status(cell, "running")
+    write_status(cell, "running", node=node)
     start = time.perf_counter()
     try:
         result = train(short_run_config(overrides, cell.dotlist), progress=progress)
     except Exception as exc:  # a cell's failure is data for the table, not a crash of the sweep
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        write_status(cell, "failed", error=mask_secrets(error, secret_values(cell.dotlist)))
+        write_status(cell, "failed", error=mask_secrets(error, secret_values(cell.dotlist)), node=node)
         return "failed"
     if result.stopped:  # the cell stays "running", so the next sweep reruns it
         raise Terminated("signal SIGTERM") if result.interrupted_by == "SIGTERM" else KeyboardInterrupt()
-    write_status(cell, "done", wall_s=round(time.perf_counter() - start, 1))
+    write_status(cell, "done", wall_s=round(time.perf_counter() - start, 1), node=node)
     return "done"
-
-
-@contextmanager
-def shared_ray() -> Iterator[None]:
-    """Ray sweeps inside the block share one Ray instance: the first that needs Ray starts it, the block's end shuts
-    it down (a reproduction's pilot and extension: a second start can time out on a loaded machine). A Ray instance
-    already running is used as it is and stays yours."""
-    with ExitStack() as stack:
-        _SHARED.append(stack)
-        try:
-            yield
-        finally:
-            _SHARED.pop()
-
-
-_SHARED: list[ExitStack] = []  # the open shared_ray() blocks of this process, innermost last
-
-
-def _run_on_ray(cells: list[Cell], overrides, *, address: str | None, num_cpus: int | None, bar) -> None:
-    """The cells as Ray tasks. A stop cancels the running tasks (each run then stops as after Ctrl-C, keeping its
-    steps), waits for them up to :data:`CANCEL_WAIT_S`, and shuts down the Ray instance the sweep started."""
-    import ray
-
-    if not cells:
-        return
-    try:
-        started_here = start_ray(address=address, num_cpus=num_cpus)  # False: a Ray already running (start_ray's)
-    except SystemExit as exc:  # while it starts, Ray's own handler turns SIGTERM into sys.exit(15)
-        if exc.code == signal.SIGTERM:
-            raise Terminated("signal SIGTERM") from None
-        raise
-    if started_here:
-        if _SHARED:  # it outlives this sweep, until the shared_ray() block ends
-            _SHARED[-1].callback(ray.shutdown)
-            started_here = False
-    reinstall_stop_handlers()  # ray.init replaced the SIGTERM handler (and its core a native one that dumps stacks)
-    pending: dict[Any, Cell] = {}
-    try:
-        task = ray.remote(num_cpus=1, max_retries=0)(run_cell)
-        pending = {task.remote(cell, dict(overrides or {})): cell for cell in cells}
-        while pending:  # a timeout, so that a signal's handler runs within a second of its arrival
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
-            for ref in done:
-                cell = pending.pop(ref)
-                try:
-                    ray.get(ref)
-                except Exception as exc:  # the worker died (killed, out of memory): the cell failed, not the sweep
-                    error = mask_secrets(f"Ray task failed: {type(exc).__name__}: {exc}", secret_values(cell.dotlist))
-                    write_status(cell, "failed", error=error)
-                bar.update()
-    except KeyboardInterrupt:
-        for ref in pending:  # each running cell stops at its step boundary and saves what it finished
-            ray.cancel(ref, force=False)
-        ray.wait(list(pending), num_returns=len(pending), timeout=CANCEL_WAIT_S)
-        raise
-    finally:
-        if started_here:  # a Ray instance the sweep started goes with it; one you started stays yours
-            ray.shutdown()

@@ -1,7 +1,8 @@
 """A sweep's cells on disk: each cell's ``cell.json`` record, when a cell counts as done, and the table of all cells.
 
 ``<sweep_dir>/<setting>/seed-<n>/cell.json`` records the cell's setting, seed, dotlist (secrets as ``***``), status
-(``running``, ``done``, ``failed`` with its error), wall time and ``config_sha256``: the hash of the resolved config
+(``running``, ``done``, ``failed`` with its error), wall time, where it ran (``node_id``: the Ray node's id, None
+outside Ray; ``host``: the machine's name) and ``config_sha256``: the hash of the resolved config
 the cell trained with (secrets masked, its own directory left out, so a sweep moved elsewhere still matches). A cell
 is done only for that exact config. Finished work is never replaced silently: a sweep rerun into the same folder whose
 config changed for a finished cell (other steps, a setting redefined, another shared item) is refused before anything
@@ -100,11 +101,14 @@ def cell_status(cell: Cell) -> str | None:
     return status
 
 
-def write_status(cell: Cell, status: str, *, error: str | None = None, wall_s: float | None = None) -> None:
+def write_status(
+    cell: Cell, status: str, *, error: str | None = None, wall_s: float | None = None, node: dict | None = None
+) -> None:
     """Replace the cell's record whole (:mod:`agl_lab.curves.atomic_files`): a full disk leaves the old record and no
-    temporary file, and its error names ``cell.json``."""
+    temporary file, and its error names ``cell.json``. ``node``: where it ran (``node_id``: Ray's, ``host``)."""
     record = {**asdict(cell), "dotlist": redact_argv(list(cell.dotlist))}
     record.update(status=status, error=error, wall_s=wall_s)
+    record.update({"node_id": None, "host": None, **(node or {})})
     write_whole(Path(cell.run_dir) / CELL_FILE, json.dumps(record, indent=1))
 
 
