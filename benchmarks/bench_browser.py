@@ -199,8 +199,8 @@ def training_panel(page: Page, cell: Locator, repeats: int) -> list[Change]:
     steps = labelled(cell, "steps").locator("input").first
     steps.fill("200")
     steps.press("Enter")
-    run = cell.locator("button", has_text="Run").first
-    stop = cell.locator("button", has_text="Stop").first
+    run = cell.locator("button", has_text=re.compile(r"^\s*Run\s*$")).first  # not "Find runs"
+    stop = cell.locator("button", has_text=re.compile(r"^\s*Stop\s*$")).first
 
     def stop_a_few_steps_in() -> None:
         page.wait_for_function(

@@ -127,6 +127,15 @@ def check_reproductions(page: Page) -> None:
     report.scroll_into_view_if_needed()
 
 
+def check_proposals(page: Page) -> None:
+    """The diagnostics table lists the proposals in verl PR #7580's columns; the side-by-side figure, the report of
+    the proposals' reproduction and its figures render."""
+    table = page.locator(f"{PANEL} .jp-OutputArea-output table").filter(has_text="session_equal").first
+    text = table.text_content()  # the DOM's text: JupyterLab may skip rendering a cell out of view
+    assert "partition_preserving" in text and "ess_fraction" in text and "adv_cosine" in text, text[:500]
+    check_reproductions(page)
+
+
 def check_config_form(page: Page) -> None:
     """Unticking rollout-level advantage recomposes the config: the doctor warns about the half-set pair."""
     assert_panel_controls(page)
@@ -245,14 +254,14 @@ def check_training_panel(page: Page) -> None:
     steps.fill("200")
     steps.press("Enter")
     status = page.locator(f"{PANEL} .jp-OutputArea .widget-html-content").filter(has_text="step")
-    page.locator(f"{PANEL} .jp-OutputArea button").filter(has_text="Run").first.click()
+    button(page, "Run").click()
     # the status line counts finished steps; it must move while the cell's kernel stays responsive
     page.wait_for_function(
         """() => [...document.querySelectorAll('.widget-html-content')]
             .some(e => /Step ([2-9]|[1-9][0-9]) of/.test(e.innerText))""",
         timeout=180_000,
     )
-    page.locator(f"{PANEL} .jp-OutputArea button").filter(has_text="Stop").first.click()
+    button(page, "Stop").click()
     page.wait_for_function(
         "() => [...document.querySelectorAll('.widget-html-content')].some(e => /stopped/i.test(e.innerText))",
         timeout=120_000,
@@ -262,7 +271,7 @@ def check_training_panel(page: Page) -> None:
     # a real run, as a reader would start one: the notebook's own number of steps, to the end
     steps.fill(default_steps)
     steps.press("Enter")
-    page.locator(f"{PANEL} .jp-OutputArea button").filter(has_text="Run").first.click()
+    button(page, "Run").click()
     page.wait_for_function(
         f"""() => [...document.querySelectorAll('.widget-html-content')]
             .some(e => e.innerText.includes('Run finished after {default_steps} of {default_steps} steps'))""",
@@ -272,6 +281,12 @@ def check_training_panel(page: Page) -> None:
     assert links.inner_text().split("Run directory: ")[1].startswith("runs/")  # where the notebook is, not /tmp/...
     wait_idle(page)
     show_panel(page)
+
+
+def button(page: Page, label: str):
+    """The panel's button labelled exactly ``label`` (``has_text`` matches substrings: "Find runs" holds "Run")."""
+    exact = re.compile(rf"^\s*{re.escape(label)}\s*$")
+    return page.locator(f"{PANEL} .jp-OutputArea button").filter(has_text=exact).first
 
 
 def show_panel(page: Page) -> None:
@@ -289,6 +304,7 @@ INTERACTIONS = {
     "03_short_training_runs": check_training_panel,
     "04_reproduce_curves": check_curves,
     "05_reproduce_effects": check_reproductions,
+    "06_weighting_proposals": check_proposals,
 }
 
 
