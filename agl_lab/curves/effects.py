@@ -225,6 +225,9 @@ def _t_statistics(diffs: np.ndarray, test: Callable) -> dict[str, float]:
     with warnings.catch_warnings():
         if out["sd_diff"] == 0:  # deliberate (module docstring): scipy's "catastrophic cancellation" is expected here
             warnings.simplefilter("ignore", RuntimeWarning)
+        # nearly identical values (a metric at 1.0 or 1e-10 in every run) are a result, not a fault: the interval
+        # says how close they are, and scipy's note that their moments lose precision would only alarm
+        warnings.filterwarnings("ignore", "Precision loss occurred in moment calculation", RuntimeWarning)
         result = test()
         interval = result.confidence_interval(confidence_level=1 - ALPHA)
     out |= {"ci_low": float(interval.low), "ci_high": float(interval.high), "p_value": float(result.pvalue)}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from agl_lab.curves.effects import compare_settings, one_sample, run_values
+from agl_lab.curves.rliable_stats import TooFewRunsWarning
 from agl_lab.curves.verdicts import verdict
 from agl_lab.training.experiments import EXPERIMENTS, Check, Experiment
 from agl_lab.training.sweep import SweepResult, run_sweep, shared_ray
@@ -146,9 +148,11 @@ def _judged(check: Check, table: pd.DataFrame) -> dict:
         values = run_values(table, metric=check.metric, window=check.window)
         row = {"setting": check.setting, "baseline": "0", "metric": check.metric, **one_sample(values[check.setting])}
     else:
-        effects = compare_settings(
-            table, baseline=check.baseline, metric=check.metric, window=check.window, method=check.method
-        )
+        with warnings.catch_warnings():  # the check's verdict line says "rliable recommends ≥ 5 runs" itself
+            warnings.simplefilter("ignore", TooFewRunsWarning)
+            effects = compare_settings(
+                table, baseline=check.baseline, metric=check.metric, window=check.window, method=check.method
+            )
         row = effects.set_index("setting").loc[check.setting].to_dict() | {"setting": check.setting}
     if check.expect == "none":
         return row | {"verdict": verdict(row), "passed": np.nan, "outcome": ""}
