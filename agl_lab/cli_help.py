@@ -10,6 +10,7 @@ never hides a launch that stops.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from agl_lab import __version__
@@ -17,7 +18,7 @@ from agl_lab.config.compose import BASES, ConfigError, compose_from
 from agl_lab.exit_codes import EXIT_CODES, help_epilog
 
 __all__ = ["DESCRIPTION", "EPILOG", "EXIT_CODES", "SUBCOMMAND_BASES", "print_base", "print_findings"]
-__all__ += ["print_launch_view", "print_settings", "print_settings_and_findings", "shown", "version"]
+__all__ += ["add_run_options", "print_launch_view", "print_settings", "print_settings_and_findings", "shown", "version"]
 
 # The base each subcommand composes from (printed by --help and by the subcommand itself).
 SUBCOMMAND_BASES = {
@@ -129,3 +130,17 @@ def _show_value(key: str, value) -> str:
     if value is None:
         return "null" + (" (no cap)" if key.endswith("max_ppo_update_times") else "")
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """``--executor`` and ``--wandb-mode``, the options of every subcommand that trains several runs (sweep,
+    reproduce): one definition, so their choices and defaults never drift apart."""
+    parser.add_argument(
+        "--executor", choices=("ray", "serial"), default="ray", help="ray: runs in parallel on the cores (default)"
+    )
+    parser.add_argument(
+        "--wandb-mode",
+        choices=("online", "offline", "disabled"),
+        default=None,
+        help="every run's lab.wandb_mode (default auto: $WANDB_MODE, else offline unless a W&B key is configured)",
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agl_lab.cli_help import SUBCOMMAND_BASES, print_base
+from agl_lab.cli_help import SUBCOMMAND_BASES, add_run_options, print_base
 from agl_lab.exit_codes import stopped
 
 __all__ = ["add_reproduce_parser", "run_reproduce_command"]
@@ -37,15 +37,7 @@ def add_reproduce_parser(commands: argparse._SubParsersAction) -> None:
     reproduce.add_argument("--pilot-seeds", type=int, default=3, help="seeds of the first round (default 3, >= 2)")
     reproduce.add_argument("--max-seeds", type=int, default=10, help="at most this many seeds in all (default 10)")
     reproduce.add_argument("--out", default=None, help="folder (default runs/reproduce-NAME/); reused: resumes")
-    reproduce.add_argument(
-        "--executor", choices=("ray", "serial"), default="ray", help="ray: runs in parallel on the cores (default)"
-    )
-    reproduce.add_argument(
-        "--wandb-mode",
-        choices=("online", "offline", "disabled"),
-        default=None,
-        help="every run's lab.wandb_mode (default auto: $WANDB_MODE, else offline unless a W&B key is configured)",
-    )
+    add_run_options(reproduce)  # --executor, --wandb-mode
     reproduce.set_defaults(run=run_reproduce_command)
 
 

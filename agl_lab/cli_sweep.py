@@ -20,7 +20,7 @@ import argparse
 import datetime
 from pathlib import Path
 
-from agl_lab.cli_help import SUBCOMMAND_BASES, print_base
+from agl_lab.cli_help import SUBCOMMAND_BASES, add_run_options, print_base
 from agl_lab.config.secrets import redact_argv
 from agl_lab.curves.band_kinds import BAND_LABELS
 from agl_lab.exit_codes import stopped
@@ -62,9 +62,7 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
         help=f"lab.seed of each run: 0 1 2, 0,1,2 or a range 0-4 (default {' '.join(map(str, DEFAULT_SEEDS))})",
     )
     sweep.add_argument("--out", default=None, help="sweep folder (default: a fresh sweeps/<time>/); reused: resumes")
-    sweep.add_argument(
-        "--executor", choices=("ray", "serial"), default="ray", help="ray: runs in parallel on the cores (default)"
-    )
+    add_run_options(sweep)  # --executor, --wandb-mode
     sweep.add_argument(
         "--address",
         default=None,
@@ -85,12 +83,6 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
         "--baseline",
         default=None,
         help="the setting every other is compared with, paired by seed (default: both_off when swept, else the first)",
-    )
-    sweep.add_argument(
-        "--wandb-mode",
-        choices=("online", "offline", "disabled"),
-        default=None,
-        help="every run's lab.wandb_mode (default auto: $WANDB_MODE, else offline unless a W&B key is configured)",
     )
     sweep.set_defaults(run=run_sweep_command)
 

@@ -103,13 +103,18 @@ def check_curves(page: Page) -> None:
     table.scroll_into_view_if_needed()
     text = table.text_content()  # the DOM's text: JupyterLab may skip rendering a cell scrolled out of view
     assert "failed" not in text and "done" in text
+    assert_images_drawn(page, min_width=400, missing="the band figures are missing")
+    page.locator(f"{PANEL} .jp-OutputArea-output img").first.scroll_into_view_if_needed()
+
+
+def assert_images_drawn(page: Page, *, min_width: int, missing: str) -> None:
+    """At least two figures among the notebook's outputs, each loaded and at least ``min_width`` pixels wide."""
     images = page.locator(f"{PANEL} .jp-OutputArea-output img")
-    assert images.count() >= 2, "the band figures are missing"
+    assert images.count() >= 2, missing
     for i in range(images.count()):
         image = images.nth(i)
         image.scroll_into_view_if_needed()
-        assert image.evaluate("img => img.complete && img.naturalWidth > 400"), f"figure {i} did not render"
-    images.first.scroll_into_view_if_needed()
+        assert image.evaluate(f"img => img.complete && img.naturalWidth > {min_width}"), f"figure {i} did not render"
 
 
 def check_reproductions(page: Page) -> None:
@@ -118,12 +123,7 @@ def check_reproductions(page: Page) -> None:
     report.scroll_into_view_if_needed()
     text = report.inner_text()
     assert "Claim." in text and "Verdict." in text and "expected" in text, text[:500]
-    images = page.locator(f"{PANEL} .jp-OutputArea-output img")
-    assert images.count() >= 2, "the forest plot and the bands are missing"
-    for i in range(images.count()):
-        image = images.nth(i)
-        image.scroll_into_view_if_needed()
-        assert image.evaluate("img => img.complete && img.naturalWidth > 300"), f"figure {i} did not render"
+    assert_images_drawn(page, min_width=300, missing="the forest plot and the bands are missing")
     report.scroll_into_view_if_needed()
 
 
