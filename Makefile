@@ -102,4 +102,4 @@ lab: $(BIN)/.installed
 
 # Re-run the browser tests and keep their screenshots in docs/screenshots/ (the README shows them).
 screenshots: $(BIN)/.oracle /usr/bin/chromium
-	AGL_LAB_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest tests/test_browser.py tests/test_browser_curves.py
+	AGL_LAB_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest tests/test_browser.py

@@ -3,7 +3,9 @@
 Headless execution proves the code runs; this proves what a person sees: each notebook (a copy, in a
 temporary root) runs top to bottom with no error output, its widget panels render with visible, enabled
 controls, and the interactive parts respond — a changed control redraws the weighting plot, Run makes the
-training curve grow and Stop ends the run, the config form recomposes. A screenshot of each notebook is
+training curve grow and Stop ends the run, the config form recomposes, and the curve panels of 03 and 04 answer as a
+W&B user would click them (hover a point: step, value, run, seed; the smoothing slider moves the curves; a finished
+run picked is overlaid and its settings restored; Copy as command writes the ``agl-lab train`` line). A screenshot of each notebook is
 saved under ``artifacts/browser/`` (and into ``$AGL_LAB_SCREENSHOTS`` when set: ``make screenshots``
 writes ``docs/screenshots/``, the README's pictures): each shows what a reader needs — the panel's controls at the
 top of the window with its figures below (01, 03; in 03 after a real run of the default length, finished), the
@@ -98,13 +100,91 @@ def assert_panel_controls(page: Page) -> None:
 
 
 def check_curves(page: Page) -> None:
-    """The sweep finished every cell and its figures (bands, W&B overlay) are drawn as images."""
+    """The sweep finished every cell, its curve panel answers (:func:`check_curve_view`) and its figures (bands,
+    W&B overlay) are drawn as images."""
     table = page.locator(f"{PANEL} .jp-OutputArea-output table").filter(has_text="status").first
     table.scroll_into_view_if_needed()
     text = table.text_content()  # the DOM's text: JupyterLab may skip rendering a cell scrolled out of view
     assert "failed" not in text and "done" in text
+    check_curve_view(page, "04_reproduce_curves")
     assert_images_drawn(page, min_width=400, missing="the band figures are missing")
     page.locator(f"{PANEL} .jp-OutputArea-output img").first.scroll_into_view_if_needed()
+
+
+# The y values of the settings' bold lines, to see them move; and the page position of one of their points.
+LINES_JS = """gd => gd._fullData.filter(t => /\\(n=\\d+\\)$/.test(t.name || ''))
+    .map(t => Array.from(t.y || []).map(v => Number(v).toFixed(6)).join(',')).join('|')"""
+POINT_JS = """(gd) => {
+  const L = gd._fullLayout, box = gd.getBoundingClientRect();
+  const d = gd._fullData.find(t => /\\(n=\\d+\\)$/.test(t.name || '') && t.x.length > 1);
+  const xa = L[(d.xaxis || 'x').replace('x', 'xaxis')], ya = L[(d.yaxis || 'y').replace('y', 'yaxis')];
+  const i = Math.floor(d.x.length / 2);
+  const inward = i === d.x.length - 1 ? -3 : (i === 0 ? 3 : 0);  // a point on the plot's edge: hover just inside
+  return {x: box.left + xa._offset + xa.l2p(d.x[i]) + inward, y: box.top + ya._offset + ya.l2p(d.y[i])};
+}"""
+
+
+def curve_views(page: Page):
+    """The notebook's curve panels (:class:`agl_lab.ui.curve_view.CurveView`): the outputs with a Copy as command."""
+    return page.locator(f"{PANEL} .jp-OutputArea-output").filter(has=page.locator("button", has_text="Copy as command"))
+
+
+def check_curve_view(page: Page, stem: str) -> None:
+    """The notebook's first curve panel, clicked as a W&B user would: hover a point (step, value, run, seed), move
+    the smoothing slider (every bold line moves), pick a finished run (its settings restored, then it is overlaid),
+    Copy as command (the ``agl-lab train`` line); a screenshot ``<stem>_curves.png``."""
+    view = curve_views(page).first
+    view.scroll_into_view_if_needed()
+    graph = view.locator(".js-plotly-plot").first
+    page.wait_for_function("gd => gd._fullData && gd._fullData.length > 0", arg=graph.element_handle(), timeout=60_000)
+
+    graph.scroll_into_view_if_needed()
+    point = graph.evaluate(POINT_JS)
+    try:
+        text = hover_label(page, point["x"], point["y"])
+    except AssertionError:
+        page.screenshot(path=str(ARTIFACTS / f"{stem}_no_hover.png"))
+        raise
+    assert "step" in text and "run:" in text and "seed:" in text, text
+
+    before = graph.evaluate(LINES_JS)  # smoothing: the slider's end (0.99) moves every bold line
+    handle = view.locator(".widget-slider .noUi-handle").first
+    handle.focus()
+    handle.press("End")
+    page.wait_for_function(f"([gd, before]) => ({LINES_JS})(gd) !== before", arg=[graph.element_handle(), before],
+                           timeout=30_000)  # fmt: skip
+
+    picker = view.locator(".widget-select-multiple select").first
+    assert picker.locator("option").count() > 0, "the run picker found no finished run"
+    picker.select_option(index=0)
+    view.locator("button", has_text="Restore settings").click()
+    view.locator(".widget-html-content", has_text="restored the settings").wait_for(timeout=30_000)
+    picker.select_option(index=0)
+    page.wait_for_function(
+        "gd => gd._fullData.some(t => t.name === 'overlaid runs (1)' && t.showlegend && t.x.length > 0)",
+        arg=graph.element_handle(), timeout=30_000,
+    )  # fmt: skip
+
+    view.locator("button", has_text="Copy as command").click()
+    box = view.locator("textarea").first
+    page.wait_for_function("el => el.value.startsWith('agl-lab train')", arg=box.element_handle(), timeout=30_000)
+    assert "lab.curve_overlay=" in box.input_value()
+    wait_idle(page)
+    screenshot_view(page, view, graph, f"{stem}_curves")
+
+
+def screenshot_view(page: Page, view, graph, stem: str) -> None:
+    """A curve panel at the top of the window, a hover label showing: ``artifacts/browser/<stem>.png``."""
+    view.evaluate("e => e.scrollIntoView({block: 'start'})")
+    page.wait_for_timeout(500)  # JupyterLab draws the outputs it scrolls to
+    page.wait_for_function("gd => gd._fullData && gd._fullData.some(t => /\\(n=\\d+\\)$/.test(t.name || ''))",
+                           arg=graph.element_handle(), timeout=60_000)  # fmt: skip
+    point = graph.evaluate(POINT_JS)
+    hover_label(page, point["x"], point["y"])
+    box = view.bounding_box()
+    height = min(page.viewport_size["height"] - box["y"], box["height"] + 16)
+    save_screenshot(page, f"{stem}.png", clip={"x": 0, "y": max(box["y"] - 8, 0),
+                                               "width": page.viewport_size["width"], "height": height})  # fmt: skip
 
 
 def assert_images_drawn(page: Page, *, min_width: int, missing: str) -> None:
@@ -245,8 +325,10 @@ def check_weighting_panel(page: Page) -> None:
 
 
 def check_training_panel(page: Page) -> None:
-    """Run in the live panel makes the curve grow step by step, and Stop ends the run early and cleanly; then a run
-    of the default length finishes (what the screenshot shows)."""
+    """The first run's curve panel answers (:func:`check_curve_view`); Run in the live panel makes the curve grow
+    step by step, and Stop ends the run early and cleanly; then a run of the default length finishes (what the
+    screenshots show: the panel's live curves, and the panel)."""
+    check_curve_view(page, "03_short_training_runs")
     assert_panel_controls(page)
     steps = page.locator(f"{PANEL} .jp-OutputArea .widget-inline-hbox").filter(has_text="steps").locator("input").first
     steps.scroll_into_view_if_needed()
@@ -280,6 +362,8 @@ def check_training_panel(page: Page) -> None:
     links = page.locator(f"{PANEL} .jp-OutputArea .widget-html-content").filter(has_text="Run directory").first
     assert links.inner_text().split("Run directory: ")[1].startswith("runs/")  # where the notebook is, not /tmp/...
     wait_idle(page)
+    panel = curve_views(page).last  # the training panel's live curves, after its run
+    screenshot_view(page, panel, panel.locator(".js-plotly-plot").first, "03_short_training_runs_panel")
     show_panel(page)
 
 
@@ -310,8 +394,6 @@ INTERACTIONS = {
 
 def screenshot(page: Page, stem: str) -> None:
     """The window, cut below the panel in view (when it ends above the window's bottom: no empty notebook below)."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / f"{stem}.png"
     viewport = page.viewport_size
     bottom = page.evaluate(
         """(panel) => { const h = [...document.querySelectorAll(panel + ' .jp-OutputArea .widget-html-content')]
@@ -321,7 +403,14 @@ def screenshot(page: Page, stem: str) -> None:
         PANEL,
     )
     height = viewport["height"] if bottom is None else int(min(viewport["height"], max(bottom + 32, 480)))
-    page.screenshot(path=str(path), clip={"x": 0, "y": 0, "width": viewport["width"], "height": height})
+    save_screenshot(page, f"{stem}.png", clip={"x": 0, "y": 0, "width": viewport["width"], "height": height})
+
+
+def save_screenshot(page: Page, name: str, *, clip: dict) -> None:
+    """``clip`` of the window into ``artifacts/browser/name``, and into ``$AGL_LAB_SCREENSHOTS`` when set."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    page.screenshot(path=str(path), clip=clip)
     if os.environ.get("AGL_LAB_SCREENSHOTS"):
         target = Path(os.environ["AGL_LAB_SCREENSHOTS"])
         target.mkdir(parents=True, exist_ok=True)
