@@ -66,6 +66,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="changes per control (each a real change)")
     parser.add_argument("--notebooks", nargs="*", default=sorted(DRIVERS), help="notebook number prefixes (01 ...)")
     parser.add_argument("--json", type=Path, help="also write every timing here")
+    parser.add_argument("--events", action="store_true",
+                        help="also print where each change's time went: kernel busy and idle, plotly's redraws, the "
+                             "last DOM change and frame (ms after the change event)")  # fmt: skip
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="profile the page's JavaScript (Chromium's sampling profiler) during each notebook's "
+                             "changes and print its N functions with the most time of their own")  # fmt: skip
     args = parser.parse_args()
     chosen = [nb for nb in NOTEBOOKS if nb.stem in DRIVERS and nb.stem[:2] in {n[:2] for n in args.notebooks}]
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
@@ -85,11 +91,20 @@ def main() -> None:
                 cell = page.locator(f"{PANEL} .jp-Cell").filter(has=page.locator(driver.cell)).first
                 cell.scroll_into_view_if_needed()
                 timer = ChangeTimer(page, cell)
+                profiler = JsProfiler(page) if args.profile else None
                 for name, control, change, until in driver.changes(page, cell, args.repeats):
                     control.scroll_into_view_if_needed()
+                    if profiler:
+                        profiler.start()
                     ms = timer.time(control, change, until=until)
+                    if profiler:
+                        profiler.stop()
                     timings.append((notebook.stem[:2], name, ms))
                     print(f"  {notebook.stem[:2]} {name:<34} {ms:7.0f} ms", flush=True)
+                    if args.events:
+                        print(f"      {breakdown(timer.events())}", flush=True)
+                if profiler:
+                    profiler.report(args.profile, title=f"{notebook.stem[:2]}: page JavaScript during the changes")
                 if driver.finish:
                     driver.finish(page, cell)
                 wait_idle(page, timeout_s=300)
@@ -113,6 +128,54 @@ def report(timings: list[tuple[str, str, float]], json_path: Path | None) -> Non
         f"browser: slowest control change {max(values):.0f} ms, median {statistics.median(values):.0f} ms over "
         f"{len(values)} changes"
     )
+
+
+class JsProfiler:
+    """Chromium's sampling profiler on the page (DevTools protocol), summed over several start/stop spans: the
+    functions with the most time of their own (layout and painting count under the script that forced them, or as
+    ``(program)``; ``(idle)`` is the page waiting)."""
+
+    def __init__(self, page: Page) -> None:
+        self.session = page.context.new_cdp_session(page)
+        self.session.send("Profiler.enable")
+        self.session.send("Profiler.setSamplingInterval", {"interval": 200})
+        self.self_ms: dict[str, float] = {}
+
+    def start(self) -> None:
+        self.session.send("Profiler.start")
+
+    def stop(self) -> None:
+        profile = self.session.send("Profiler.stop")["profile"]
+        frames = {}
+        for node in profile["nodes"]:
+            call = node["callFrame"]
+            where = call["url"].rsplit("/", 1)[-1][:40] or "-"
+            frames[node["id"]] = f"{call['functionName'] or '(anonymous)'} [{where}:{call['lineNumber'] + 1}]"
+        for node_id, delta in zip(profile["samples"], profile["timeDeltas"], strict=True):
+            self.self_ms[frames[node_id]] = self.self_ms.get(frames[node_id], 0.0) + delta / 1000
+
+    def report(self, top: int, *, title: str) -> None:
+        total = sum(self.self_ms.values())
+        print(f"\n{title}: {total:.0f} ms sampled")
+        for frame, ms in sorted(self.self_ms.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"  {ms:8.1f} ms {100 * ms / total:5.1f}%  {frame}")
+        print()
+
+
+def breakdown(events: list[tuple[str, float]]) -> str:
+    """One change's events summed up: when the kernel went busy and idle, each plotly redraw, the last DOM change
+    and the last frame (ms after the change event)."""
+    def first(kind: str) -> str:
+        times = [at for k, at in events if k == kind]
+        return f"{min(times):.0f}" if times else "-"
+
+    def last(kind: str) -> str:
+        times = [at for k, at in events if k == kind]
+        return f"{max(times):.0f}" if times else "-"
+
+    plots = ",".join(f"{at:.0f}" for k, at in events if k == "afterplot") or "-"
+    return (f"busy {first('kernel:busy')}  idle {first('kernel:idle')}  plotly {plots}  last dom {last('dom')}  "
+            f"last frame {last('frame')}")  # fmt: skip
 
 
 # ---- what a person does in each panel ----------------------------------------------------------------------------

