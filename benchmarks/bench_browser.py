@@ -165,6 +165,7 @@ class JsProfiler:
 def breakdown(events: list[tuple[str, float]]) -> str:
     """One change's events summed up: when the kernel went busy and idle, each plotly redraw, the last DOM change
     and the last frame (ms after the change event)."""
+
     def first(kind: str) -> str:
         times = [at for k, at in events if k == kind]
         return f"{min(times):.0f}" if times else "-"

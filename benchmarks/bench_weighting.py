@@ -56,7 +56,10 @@ def panel_for(estimator: str, knobs: SyntheticKnobs) -> WeightingPanel:
             "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": max(1, knobs.n_prompts // 4)}},
         }
     )
-    return WeightingPanel(knobs=knobs, cfg=cfg)
+    panel = WeightingPanel(knobs=knobs, cfg=cfg)
+    for figure in (panel.bars.widget, panel.scatter.widget):  # as when a view has drawn them: updates are messages
+        figure._handle_msg({"content": {"data": {"method": "custom", "content": {"type": "shown"}}}, "buffers": []})
+    return panel
 
 
 def changes(panel: WeightingPanel) -> dict[str, tuple]:

@@ -5,8 +5,8 @@ temporary root) runs top to bottom with no error output, its widget panels rende
 controls, and the interactive parts respond — a changed control redraws the weighting plot, Run makes the
 training curve grow and Stop ends the run, the config form recomposes, and the curve panels of 03 and 04 answer as a
 W&B user would click them (hover a point: step, value, run, seed; the smoothing slider moves the curves; a finished
-run picked is overlaid and its settings restored; Copy as command writes the ``agl-lab train`` line). A screenshot of each notebook is
-saved under ``artifacts/browser/`` (and into ``$AGL_LAB_SCREENSHOTS`` when set: ``make screenshots``
+run picked is overlaid and its settings restored; Copy as command writes the ``agl-lab train`` line). A screenshot
+of each notebook is saved under ``artifacts/browser/`` (and into ``$AGL_LAB_SCREENSHOTS`` when set: ``make screenshots``
 writes ``docs/screenshots/``, the README's pictures): each shows what a reader needs — the panel's controls at the
 top of the window with its figures below (01, 03; in 03 after a real run of the default length, finished), the
 recomposed config form (02), the band figures (04), the reproductions' reports (05, with its small

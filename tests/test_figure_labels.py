@@ -94,8 +94,8 @@ def plotly_figures():
     curves = CurveView(history_table())
     return {
         "curve view": curves.figure,
-        "weight bars": weighting.bars.widget,
-        "rollout scatter": weighting.scatter.widget,
+        "weight bars": weighting.bars.widget.figure,
+        "rollout scatter": weighting.scatter.widget.figure,
     }
 
 

@@ -64,10 +64,12 @@ def test_notebooks_are_present():
 
 
 def strip_anywidget_code(notebook) -> None:
-    """Drop the JavaScript anywidget keeps in each widget's saved state (``_esm``): plotly.js, once per figure."""
+    """Drop the JavaScript anywidget keeps in each widget's saved state: plotly.js, once per figure (``_esm`` of a
+    plotly ``FigureWidget``, ``_plotly_js`` of a :class:`agl_lab.ui.live_figure.LiveFigure`)."""
     widgets = notebook.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
     for model in widgets.get("state", {}).values():
         model.get("state", {}).pop("_esm", None)
+        model.get("state", {}).pop("_plotly_js", None)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

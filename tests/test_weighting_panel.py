@@ -29,10 +29,19 @@ class RecordingComm(comm.base_comm.BaseComm):
         SENT.append(json.loads(json.dumps(data or {}, default=str)))
 
 
+def from_browser(widget, content):
+    """A custom message from the widget's view, as ipywidgets hands it to the kernel's widget."""
+    widget._handle_msg({"content": {"data": {"method": "custom", "content": content}}, "buffers": []})  # noqa: SLF001
+
+
 @pytest.fixture
 def panel(monkeypatch):
     monkeypatch.setattr(comm, "create_comm", lambda *a, **k: RecordingComm(*a, **k))
-    return WeightingPanel(knobs=KNOBS)
+    panel = WeightingPanel(knobs=KNOBS)
+    for figure in (panel.bars.widget, panel.scatter.widget):
+        from_browser(figure, {"type": "shown"})  # a view drew it: updates go as messages from now on
+    SENT.clear()  # what building the panel sent
+    return panel
 
 
 def expected(panel, *, level=None):
@@ -49,15 +58,16 @@ def expected(panel, *, level=None):
 
 
 def figure_updates():
-    """The plotly updates sent since the last call: one per figure update."""
-    keys = ("_py2js_animate", "_py2js_update", "_py2js_relayout", "_py2js_restyle")
-    updates = [m["state"][k] for m in SENT for k in keys if m.get("state", {}).get(k)]
+    """The figure updates sent since the last call (one message per figure update), and that nothing else went."""
+    updates = [json.loads(m["content"]["json"]) for m in SENT if m.get("method") == "custom"]
+    assert all(m.get("method") != "custom" or m["content"]["type"] == "update" for m in SENT)
+    assert not [m for m in SENT if m.get("method") == "update" and {"_figure", "_plotly_js"} & set(m["state"])]
     SENT.clear()
     return updates
 
 
 def scatter_points(panel):
-    return {trace.name: (np.asarray(trace.x), np.asarray(trace.y)) for trace in panel.scatter.widget.data[:3]}
+    return {trace.name: (np.asarray(trace.x), np.asarray(trace.y)) for trace in panel.scatter.widget.figure.data[:3]}
 
 
 def test_initial_panel_shows_the_direct_analysis(panel):
@@ -76,7 +86,7 @@ def test_rollouts_the_plot_would_draw_on_top_of_each_other_share_a_marker():
     markers = sum(len(m) for m in panel.scatter.members)
     assert markers < len(view.rollout_id) / 4  # 512 rollouts
     assert sum(int(c.sum()) for c in panel.scatter.counts) == len(view.rollout_id)
-    traces = panel.scatter.widget.data[:3]
+    traces = panel.scatter.widget.figure.data[:3]
     for trace, members, counts in zip(traces, panel.scatter.members, panel.scatter.counts, strict=True):
         kept = view.rows_kept[members] > 0
         np.testing.assert_allclose(np.asarray(trace.y), np.where(kept, view.mass[members], 0.0))  # drawn at its mass
@@ -91,14 +101,14 @@ def test_a_mode_change_moves_the_points_and_the_shading_without_recomputing(pane
     panel.controls["mode"].value = "seq-mean-token-mean"
     assert panel.result is result  # every mode was computed already
     updates = figure_updates()
-    assert len(updates) == 2  # the shading (a trace of the bars) and the scatter: one animation frame each
-    assert all(u["animation_opts"]["frame"]["redraw"] is False for u in updates)  # no full redraw after the frame
+    assert len(updates) == 2  # the shading (a trace of the bars) and the scatter: one message each
+    assert updates[0]["traces"] == [panel.bars.shading] and updates[0]["layout"] == {}  # the bars stay as they are
     view = result.view("seq-mean-token-mean", True)
     points = scatter_points(panel)
     members = np.concatenate(panel.scatter.members[:2])  # each marker's rollout
     kept = np.concatenate([points["higher reward"][1], points["lower reward"][1]])
     np.testing.assert_allclose(kept, view.mass[members])
-    customdata = np.concatenate([np.asarray(t.customdata) for t in panel.scatter.widget.data[:3]])
+    customdata = np.concatenate([np.asarray(t.customdata) for t in panel.scatter.widget.figure.data[:3]])
     np.testing.assert_allclose(customdata, view.weight[np.concatenate(panel.scatter.members)])  # the hover's weight
     assert "seq-mean-token-mean" in panel.summary.value
     assert mode_from_config(compose_config(dotlist=panel.dotlist())) == "seq-mean-token-mean"
@@ -110,8 +120,8 @@ def test_every_axis_has_a_range_that_holds_its_data(panel):
     figure_updates()
     panel.controls["seed"].value = 3
     bars, scatter = figure_updates()
-    assert "yaxis.range" in bars["layout_data"] and "yaxis.range" in scatter["layout_data"]
-    for figure, axes in ((panel.bars.widget, ("", "2", "3")), (panel.scatter.widget, ("",))):
+    assert "yaxis.range" in bars["layout"] and "yaxis.range" in scatter["layout"]
+    for figure, axes in ((panel.bars.widget.figure, ("", "2", "3")), (panel.scatter.widget.figure, ("",))):
         for axis in axes:
             x_low, x_high = figure.layout[f"xaxis{axis}"].range
             y_low, y_high = figure.layout[f"yaxis{axis}"].range
@@ -125,7 +135,7 @@ def test_every_axis_has_a_range_that_holds_its_data(panel):
 
 
 def test_hover_text_names_the_rollout_and_its_numbers(panel):
-    trace = panel.scatter.widget.data[0]
+    trace = panel.scatter.widget.figure.data[0]
     index = panel.scatter.members[0][0]
     view = panel.result.view(panel.settings()["mode"], True)
     text = trace.hovertext[0]
@@ -144,11 +154,12 @@ def test_a_click_lists_the_rollouts_rows(panel):
     assert f"data-rollout='{rollout_id}'" in panel.table.value
     assert panel.table.value.count("<tr>") == view.rows[multi] + 1  # a header, then a line per row
     np.testing.assert_allclose(table["weight"].sum(), view.weight[multi])
-    # the scatter's click handler reaches the same table: the trace's n-th point is its n-th member
-    pairs = zip(panel.scatter.widget.data, panel.scatter.members, strict=False)  # the 4th trace: column means
-    trace, point = next((t, len(m) - 1) for t, m in pairs if len(m))
-    rollout = panel.scatter.members[panel.scatter.GROUPS.index(trace.name)][point]
-    trace._dispatch_on_click(type("P", (), {"point_inds": [point], "trace_index": 0})(), None)  # noqa: SLF001
+    # a click in the browser reaches the same table: the trace's n-th point is its n-th member
+    trace, point = next((t, len(m) - 1) for t, m in enumerate(panel.scatter.members) if len(m))
+    rollout = panel.scatter.members[trace][point]
+    from_browser(panel.scatter.widget, {"type": "click", "trace": trace, "point": point})
+    assert f"data-rollout='{view.rollout_id[rollout]}'" in panel.table.value
+    from_browser(panel.scatter.widget, {"type": "click", "trace": 3, "point": 0})  # a column mean's line: no rollout
     assert f"data-rollout='{view.rollout_id[rollout]}'" in panel.table.value
 
 

@@ -24,6 +24,7 @@ from agl_lab.config.handoff import overrides
 from agl_lab.config.modes import trainable_modes
 from agl_lab.config.settings import ESTIMATOR, SETTINGS, estimator_choices
 from agl_lab.ui.controls import control_overrides, settings_controls
+from agl_lab.ui.gc_pauses import freeze_loaded
 
 __all__ = ["ConfigPanel"]
 
@@ -34,6 +35,7 @@ class ConfigPanel:
     """The form (``.widget``) and what it composes to (``.cfg``, ``.findings``, ``.dotlist()``)."""
 
     def __init__(self, base_overrides: Mapping[str, Any] | None = None, base_dotlist: Sequence[str] = ()):
+        freeze_loaded()  # short GC pauses from here on (agl_lab.ui.gc_pauses)
         self.base_overrides = dict(base_overrides or {})
         self.base_dotlist = list(base_dotlist)
         start = compose_config(overrides=self.base_overrides, dotlist=self.base_dotlist)

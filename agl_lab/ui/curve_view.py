@@ -36,6 +36,7 @@ from agl_lab.curves.panels import PANELS
 from agl_lab.curves.plotly_curves import empty_panels, panel_traces, panel_ylabels
 from agl_lab.curves.style import DEFAULT_SMOOTHING
 from agl_lab.training.runs import finished_runs
+from agl_lab.ui.gc_pauses import freeze_loaded
 from agl_lab.ui.run_command import run_config
 
 __all__ = ["RUN_ROOTS", "CurveView"]
@@ -65,6 +66,7 @@ class CurveView:
         command: Callable[[dict[str, Any]], str] | None = None,
         on_restore: Callable[[DictConfig], None] | None = None,
     ) -> None:
+        freeze_loaded()  # short GC pauses from here on (agl_lab.ui.gc_pauses)
         self.panels, self.band, self.run_roots = list(panels), band, [Path(r) for r in run_roots]
         self.command, self.on_restore = command, on_restore
         self.table = pd.DataFrame(columns=COLUMNS) if table is None else table

@@ -17,7 +17,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from agl_lab.lab.weighting_result import RolloutView
-from agl_lab.ui.weighting_figures import GROUP_COLOURS, TransitionFigure, contiguous
+from agl_lab.ui.live_figure import LiveFigure
+from agl_lab.ui.weighting_figures import GROUP_COLOURS
 
 __all__ = ["RolloutScatter", "hover_texts"]
 
@@ -51,9 +52,8 @@ class RolloutScatter:
                           xaxis=dict(title_text="rows per rollout (kept)", dtick=1, ticklabeloverflow="allow"),
                           yaxis=dict(title_text="mass = Σ weight × advantage", ticklabeloverflow="allow"),
                           legend=dict(font_size=10, orientation="h", yanchor="bottom", y=1.01, x=0))  # fmt: skip
-        self.widget = TransitionFigure(fig)
-        for trace in self.widget.data[:3]:
-            trace.on_click(self._clicked)
+        self.widget = LiveFigure(fig)
+        self.widget.on_click(self._clicked)
 
     def update(self, view: RolloutView) -> None:
         """Move the markers to ``view``'s masses (one message)."""
@@ -63,33 +63,25 @@ class RolloutScatter:
         group = np.where(kept, np.where(higher, 0, 1), 2)
         y = np.where(kept, view.mass, 0.0)
         markers, counts = _markers(group, view.rows_kept, y, bins=self.Y_BINS)
-        xs, ys, weights, hover, sizes = [], [], [], [], []
+        traces: dict[int, dict] = {}
         self.members, self.counts = [], []
         for g in range(3):
             chosen = group[markers] == g
             idx, count = markers[chosen], counts[chosen]
             self.members.append(idx), self.counts.append(count)
-            xs.append(contiguous(view.rows_kept[idx] + _OFFSET[g])), ys.append(contiguous(y[idx]))
-            weights.append(contiguous(view.weight[idx])), hover.append(hover_texts(view, idx, count))
-            sizes.append(contiguous(np.minimum(4 + 2.2 * np.sqrt(count), 22)))
+            traces[g] = {"x": view.rows_kept[idx] + _OFFSET[g], "y": y[idx], "customdata": view.weight[idx],
+                         "hovertext": hover_texts(view, idx, count).tolist(),
+                         "marker.size": np.minimum(4 + 2.2 * np.sqrt(count), 22)}  # fmt: skip
         means_x, means_y = _mean_segments(view.rows_kept[kept], view.mass[kept])
         right = float(view.rows_kept.max(initial=0)) + 0.5
-        xs += [contiguous(means_x), [-0.5, right]]
-        ys += [contiguous(means_y), [0.0, 0.0]]
+        traces[3], traces[4] = {"x": means_x, "y": means_y}, {"x": [-0.5, right], "y": [0.0, 0.0]}
         low, high = min(float(y.min(initial=0)), 0.0), max(float(y.max(initial=0)), 0.0)
         pad = (high - low) * 0.06 or 1.0
-        self.widget.plotly_update(
-            restyle_data={"x": xs, "y": ys, "customdata": weights + [None, None], "hovertext": hover + [None, None],
-                          "marker.size": sizes + [None, None]},
-            relayout_data={"xaxis.range": [-0.5, right], "yaxis.range": [low - pad, high + pad]},
-            trace_indexes=[0, 1, 2, 3, 4],
-        )  # fmt: skip
+        self.widget.update(traces, {"xaxis.range": [-0.5, right], "yaxis.range": [low - pad, high + pad]})
 
-    def _clicked(self, trace, points, _state) -> None:
-        if not points.point_inds or self.on_pick is None:  # plotly calls every trace's handler; one has the point
-            return
-        group = self.GROUPS.index(trace.name)
-        self.on_pick(int(self.members[group][points.point_inds[0]]))
+    def _clicked(self, trace: int, point: int) -> None:
+        if trace < len(self.GROUPS) and self.on_pick is not None:  # a marker, not a line
+            self.on_pick(int(self.members[trace][point]))
 
 
 def _markers(group: np.ndarray, column: np.ndarray, y: np.ndarray, *, bins: int) -> tuple[np.ndarray, np.ndarray]:

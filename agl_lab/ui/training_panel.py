@@ -30,6 +30,7 @@ from agl_lab.config.tree import leaves
 from agl_lab.curves.history import long_form
 from agl_lab.ui.controls import WIDE, control_overrides, settings_controls
 from agl_lab.ui.curve_view import CurveView
+from agl_lab.ui.gc_pauses import freeze_loaded
 from agl_lab.ui.run_command import train_command
 
 __all__ = ["TrainingPanel", "demo_setting_name"]
@@ -51,6 +52,7 @@ class TrainingPanel:
     def __init__(self, cfg: DictConfig | None = None, *, redraw_s: float = 1.0) -> None:
         from agl_lab.config.compose import short_run_config
 
+        freeze_loaded()  # short GC pauses from here on (agl_lab.ui.gc_pauses)
         self.cfg = copy.deepcopy(cfg) if cfg is not None else short_run_config()
         if not isinstance(self.cfg.trainer.total_training_steps, int):
             raise ValueError(

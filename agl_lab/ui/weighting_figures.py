@@ -1,22 +1,24 @@
-"""The weighting panel's live figures: plotly ``FigureWidget``s, each moved to new data by one message.
+"""The weighting panel's live figures (:class:`agl_lab.ui.live_figure.LiveFigure`s), each moved by one message.
 
 * :class:`WeightBars` — how much a rollout weighs relative to a fair share, by loss mode and rows per rollout (mean
   bars, 10–90% whiskers, the batch's loss scale Σ above each mode, the shown mode shaded); below it, rows per
   rollout by reward and the rows the drops and the cap keep. All SVG bars, one widget.
 * :class:`agl_lab.ui.rollout_scatter.RolloutScatter` — every rollout's signed mass against the rows it kept.
 
-plotly.js comes with each ``FigureWidget`` (about 5 MB), so the panel keeps to these two. Every update is one
-message with contiguous arrays (ipykernel refuses strided buffers); titles that change live in the panel's HTML,
-not in the figure. What made a redraw slow in JupyterLab, measured (``benchmarks/bench_browser.py``): plotly's full
-redraw after each update (axes, legend, margins: each ``Plotly.update`` draws the figure anew), plotly measuring
-every tick label to hide those past the page's edge (each measurement a layout of the whole notebook: off with
-``ticklabeloverflow="allow"``), the legend pushing the margins (``autoexpand=False``), and 7,200 WebGL points read
-back from a software GPU (the scatter now draws a few hundred SVG markers). So the figures are
-:class:`TransitionFigure`s: an update is a zero-length ``Plotly.animate`` frame without the closing redraw, which
-moves the traces and the axes' ranges (always given: nothing autoranges) and leaves legend and layout as drawn —
-a third of ``Plotly.update``'s time for the bars. Every mark that moves is a trace (the shading, the reference
-lines), since shapes do not move with a frame. The statistics come from :mod:`agl_lab.lab.class_stats`; static
-PNG/SVG figures stay matplotlib (:mod:`agl_lab.lab.weight_figures`, :mod:`agl_lab.lab.batch_figures`).
+Titles that change live in the panel's HTML, not in the figures. What made a redraw slow in JupyterLab, measured
+(``benchmarks/bench_browser.py``):
+
+* plotly's full redraw after each update (axes, legend, margins). Updates are animation frames without it (see
+  :mod:`agl_lab.ui.live_figure`), so every axis is given its range and every mark that moves is a trace (the
+  shading, the reference lines): shapes do not move with a frame.
+* plotly measuring every tick label to hide those past the page's edge, each measurement a layout of the whole
+  notebook: off with ``ticklabeloverflow="allow"``.
+* The legend pushing the margins: ``autoexpand=False``.
+* 7,200 WebGL points read back from a software GPU: the scatter now draws a few hundred SVG markers.
+* plotly ``FigureWidget``'s two-way protocol: see :mod:`agl_lab.ui.live_figure`.
+
+The statistics come from :mod:`agl_lab.lab.class_stats`; static PNG/SVG figures stay matplotlib
+(:mod:`agl_lab.lab.weight_figures`, :mod:`agl_lab.lab.batch_figures`).
 """
 
 from __future__ import annotations
@@ -25,45 +27,20 @@ from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.basedatatypes import Undefined  # a restyle value that leaves a trace's property alone
 from plotly.subplots import make_subplots
 
 from agl_lab.core.pipeline import FATES
 from agl_lab.lab.batch_figures import FATE_STYLE
 from agl_lab.lab.class_stats import MAX_CLASS, ClassWeights
+from agl_lab.ui.live_figure import LiveFigure
 
-__all__ = ["GROUP_COLOURS", "TransitionFigure", "WeightBars", "contiguous"]
+__all__ = ["GROUP_COLOURS", "WeightBars"]
 
 _CLASS_COLOURS = ("#414487", "#2a788e", "#22a884", "#7ad151", "#bddf26", "#fde725")  # viridis, 1..6+ rows
 GROUP_COLOURS = ("#2ca02c", "#d62728", "#9e9e9e")  # higher reward, lower reward, no row kept
 _FATE_COLOURS = {"kept": "#1f77b4", "dropped/same_reward": "#ff7f0e", "dropped/random": "#d62728",
                  "dropped/marked": "#7f7f7f"}  # fmt: skip
 _SHADE = 0.45  # half the width of the shown mode's shading, in mode ticks
-
-
-class TransitionFigure(go.FigureWidget):
-    """A ``FigureWidget`` that draws ``plotly_update`` as a zero-length ``Plotly.animate`` frame without plotly.js's
-    closing full redraw (``redraw: false``): the traces and the axes' ranges move, the rest stays as drawn. Python's
-    side of the update (validation, the figure's data) is ``plotly_update``'s own; only the message differs."""
-
-    def _send_update_msg(self, restyle_data, relayout_data, trace_indexes=None, source_view_id=None) -> None:
-        if source_view_id is not None:  # the browser's own edit (a zoom) coming back: as plotly sends it
-            super()._send_update_msg(restyle_data, relayout_data, trace_indexes, source_view_id)
-            return
-        traces = self._normalize_trace_indexes(trace_indexes)
-        styles = [
-            {key: value[i % len(value)] if isinstance(value, list) else value for key, value in restyle_data.items()}
-            for i in range(len(traces))
-        ]
-        styles = [{key: value for key, value in style.items() if value is not None and value is not Undefined}
-                  for style in styles]  # fmt: skip
-        self._send_animate_msg(styles, relayout_data, traces, {"transition": {"duration": 0}, "frame":
-                               {"duration": 0, "redraw": False}, "mode": "immediate"})  # fmt: skip
-
-
-def contiguous(values) -> np.ndarray:
-    """A float64 copy ipykernel can send as a binary buffer (it refuses strided views)."""
-    return np.ascontiguousarray(values, dtype=np.float64)
 
 
 class WeightBars:
@@ -113,43 +90,37 @@ class WeightBars:
                       xanchor="left", x=0)  # fmt: skip
         fig.update_layout(barmode="group", width=940, height=680, margin=dict(l=110, r=10, t=70, b=40,
                           autoexpand=False), bargap=0.15, legend=legend, uirevision="keep")  # fmt: skip
-        self.widget = TransitionFigure(fig)
+        self.widget = LiveFigure(fig)
 
     def update(self, stats: ClassWeights, *, highlight: str, histogram: np.ndarray, fates: np.ndarray) -> None:
         """``stats``: per class and mode; ``histogram``: (2, classes) rollouts per row count (higher, lower reward);
         ``fates``: (4, classes) rows per fate (``FATES`` order) and aggregated row count. One message."""
-        x, y, base, up, down = [], [], [], [], []
+        traces: dict[int, dict] = {}
         n_modes = len(self.modes)
         for j in range(MAX_CLASS):
             if j < len(stats.classes):
                 mean, low, high = stats.mean[j], stats.low[j], stats.high[j]
             else:
                 mean = low = high = np.full(n_modes, np.nan)
-            x.append(Undefined), y.append(contiguous(mean)), base.append(None)
-            up.append(contiguous(np.nan_to_num(high - mean))), down.append(contiguous(np.nan_to_num(mean - low)))
+            traces[j] = {"y": mean, "error_y.array": np.nan_to_num(high - mean),
+                         "error_y.arrayminus": np.nan_to_num(mean - low)}  # fmt: skip
         layout = {}
         for counts, axis in ((histogram, 2), (fates, 3)):
-            columns, bottom = contiguous(np.arange(1, counts.shape[1] + 1)), np.zeros(counts.shape[1])
+            columns, bottom = np.arange(1, counts.shape[1] + 1), np.zeros(counts.shape[1])
             for stack in counts:
-                x.append(columns), y.append(contiguous(stack)), base.append(contiguous(bottom))
-                up.append(None), down.append(None)
+                traces[len(traces)] = {"x": columns, "y": stack, "base": bottom}
                 bottom = bottom + stack
             layout[f"xaxis{axis}.range"] = [0.5, counts.shape[1] + 0.5]
             layout[f"yaxis{axis}.range"] = [0, max(float(bottom.max(initial=0)), 1.0) * 1.08]
         self.top = float(np.nanmax(np.concatenate([stats.high.ravel(), stats.mean.ravel(), [1.0]]))) * 1.08
-        shade = self.highlight(highlight)
-        x.append(shade["x"][0]), y.append(shade["y"][0]), base.append(Undefined), up.append(None), down.append(None)
+        traces[self.shading] = self.highlight(highlight)
         # the batch's loss scale under each mode's tick (a tick text is one key; an annotation per mode is 2 each)
         ticks = [f"{tick} <b>Σ={total:.3g}</b>" for tick, total in zip(self.ticks, stats.totals, strict=True)]
-        self.widget.plotly_update(
-            restyle_data={"x": x, "y": y, "base": base, "error_y.array": up, "error_y.arrayminus": down},
-            relayout_data={"xaxis.ticktext": ticks, "yaxis.range": [0, self.top], **layout},
-            trace_indexes=list(range(len(x))),
-        )
+        self.widget.update(traces, {"xaxis.ticktext": ticks, "yaxis.range": [0, self.top], **layout})
 
     def highlight(self, mode: str) -> dict[str, list]:
-        """The shading of ``mode``'s bars: restyle data for trace :attr:`shading` (send it alone with
-        ``widget.plotly_update(bars.highlight(mode), trace_indexes=[bars.shading])``)."""
+        """The shading of ``mode``'s bars, trace :attr:`shading`'s new data (send it alone with
+        ``widget.update({bars.shading: bars.highlight(mode)})``)."""
         index = self.modes.index(mode) if mode in self.modes else -10
         left, right = index - _SHADE, index + _SHADE
-        return {"x": [[left, right, right, left, left]], "y": [[0, 0, self.top, self.top, 0]]}
+        return {"x": [left, right, right, left, left], "y": [0, 0, self.top, self.top, 0]}

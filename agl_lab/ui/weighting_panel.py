@@ -45,6 +45,7 @@ from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
 from agl_lab.lab.synthetic_fast import fast_synthetic_rows
 from agl_lab.lab.weighting import Weighting, analyze_weighting
 from agl_lab.ui.controls import WIDE, control_overrides, control_settings, generator_controls, settings_controls
+from agl_lab.ui.gc_pauses import freeze_loaded
 from agl_lab.ui.rollout_scatter import RolloutScatter
 from agl_lab.ui.weighting_figures import WeightBars
 from agl_lab.ui.weighting_html import rows_html, summary_html
@@ -71,6 +72,7 @@ class WeightingPanel:
     def __init__(
         self, *, knobs: SyntheticKnobs | None = None, rows: DataProto | None = None, cfg: DictConfig | None = None
     ) -> None:
+        freeze_loaded()  # short GC pauses from here on (agl_lab.ui.gc_pauses)
         self.knobs = knobs or SyntheticKnobs()
         self.rows_given = compact_rows(rows) if rows is not None else None
         self._full_rows = rows
@@ -183,7 +185,7 @@ class WeightingPanel:
             self._drawn["highlight"] = mode
             drawn.append("bars")
         elif self._drawn.get("highlight") != mode:
-            self.bars.widget.plotly_update(self.bars.highlight(mode), trace_indexes=[self.bars.shading])
+            self.bars.widget.update({self.bars.shading: self.bars.highlight(mode)})
             self._drawn["highlight"] = mode
             drawn.append("highlight")
         if self._drawn.get("scatter") != (self._selection, mode, level):

@@ -1,0 +1,159 @@
+"""A plotly figure in a notebook that moves to new data with one message and sends nothing back: :class:`LiveFigure`.
+
+plotly's own ``FigureWidget`` keeps Python and the browser in step both ways. Each update is validated value by value
+in Python and sent as four messages (two edit counters, the update, its reset); once drawn, the browser diffs the
+whole drawn figure against its data and sends the difference back, for Python to merge and acknowledge. That is two
+more kernel wake-ups per figure, and at the weighting panel's sizes it was 40% of the kernel's time for a change
+(``benchmarks/bench_browser.py``, ``bench_weighting.py``). A panel that only draws what Python computed needs none of
+it.
+
+A ``LiveFigure`` is an anywidget around plotly.js itself:
+
+* Python keeps the figure as plotly JSON.
+* :meth:`LiveFigure.update` sends the traces and layout keys that changed as one message.
+* The browser draws each update as a zero-length ``Plotly.animate`` frame without the closing redraw: the traces and
+  the axes' ranges move, while the legend and the layout stay as drawn. Give every axis its range, since nothing
+  autoranges.
+* Only clicks come back, to :meth:`LiveFigure.on_click`.
+* plotly.js is the ``plotly`` package's own bundle. It comes with each figure's state, as ``FigureWidget``'s does,
+  and the page evaluates it once.
+* A view drawn after updates (a second display, a reloaded page) asks for the current figure.
+
+:attr:`LiveFigure.figure` builds a validated ``go.Figure`` of the current state, for reading.
+Used by :mod:`agl_lab.ui.weighting_figures` and :mod:`agl_lab.ui.rollout_scatter` (notebook 01).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anywidget
+import numpy as np
+import plotly.graph_objects as go
+import traitlets
+from plotly.io.json import to_json_plotly
+
+__all__ = ["LiveFigure"]
+
+# plotly.min.js is a UMD bundle: given no `module` (and no AMD `define`), it sets window.Plotly.
+_ESM = """
+const FRAME = {transition: {duration: 0}, frame: {duration: 0, redraw: false}, mode: "immediate"};
+const CONFIG = {displaylogo: false, responsive: false};
+
+function plotly(model) {
+  if (!globalThis.Plotly) new Function("module", "define", "exports", model.get("_plotly_js"))();
+  return globalThis.Plotly;
+}
+
+export default {
+  async render({ model, el }) {
+    const Plotly = plotly(model);
+    const gd = document.createElement("div");
+    el.appendChild(gd);
+    const draw = (text) => { const f = JSON.parse(text); return Plotly.react(gd, f.data, f.layout, CONFIG); };
+    await draw(model.get("_figure"));
+    gd.on("plotly_click", (event) => {
+      const p = event.points[0];
+      model.send({type: "click", trace: p.curveNumber, point: p.pointNumber});
+    });
+    const onFigure = () => draw(model.get("_figure"));
+    const onMessage = (msg) => {
+      if (msg.type === "update") {
+        const u = JSON.parse(msg.json);
+        Plotly.animate(gd, {data: u.data, traces: u.traces, layout: u.layout}, FRAME);
+      } else if (msg.type === "figure") {
+        draw(msg.json);
+      }
+    };
+    model.on("change:_figure", onFigure);
+    model.on("msg:custom", onMessage);
+    model.send({type: "shown"});
+    return () => { model.off("change:_figure", onFigure); model.off("msg:custom", onMessage); Plotly.purge(gd); };
+  },
+};
+"""
+
+
+class LiveFigure(anywidget.AnyWidget):
+    """A plotly figure drawn by plotly.js in the notebook, updated by :meth:`update` (see the module)."""
+
+    _esm = traitlets.Unicode(_ESM).tag(sync=True)
+    _plotly_js = traitlets.Unicode().tag(sync=True)
+    _figure = traitlets.Unicode().tag(sync=True)  # the figure as drawn first (then updates go as messages)
+
+    def __init__(self, figure: go.Figure) -> None:
+        state = _arrays(figure.to_plotly_json())
+        self._state: dict[str, Any] = {"data": state["data"], "layout": state["layout"]}
+        self._shown = False  # whether a view has drawn: from then on updates go as messages
+        self._click_callbacks: list[Callable[[int, int], None]] = []
+        super().__init__(_plotly_js=_plotly_source(), _figure=to_json_plotly(self._state))
+        self.on_msg(self._received)
+
+    @property
+    def figure(self) -> go.Figure:
+        """The current figure, validated (built on each call: for reading, not for drawing)."""
+        return go.Figure(self._state)
+
+    def update(self, traces: Mapping[int, Mapping[str, Any]] | None = None, layout: Mapping[str, Any] | None = None):
+        """Set ``traces`` (trace index → {property: value}, dotted paths like ``error_y.array`` allowed) and
+        ``layout`` (dotted paths like ``yaxis2.range``): one message, drawn as one animation frame."""
+        traces, layout = dict(traces or {}), dict(layout or {})
+        for index, style in traces.items():
+            for path, value in style.items():
+                _set_path(self._state["data"][index], path, value)
+        for path, value in layout.items():
+            _set_path(self._state["layout"], path, value)
+        if not self._shown:  # no view yet: the figure it will draw first
+            self._figure = to_json_plotly(self._state)
+            return
+        message = {"traces": list(traces), "data": [dict(style) for style in traces.values()], "layout": layout}
+        self.send({"type": "update", "json": to_json_plotly(message)})
+
+    def on_click(self, callback: Callable[[int, int], None]) -> None:
+        """Call ``callback(trace index, point index)`` when a point is clicked in the notebook."""
+        self._click_callbacks.append(callback)
+
+    def click(self, trace: int, point: int) -> None:
+        """What a click on point ``point`` of trace ``trace`` runs."""
+        for callback in self._click_callbacks:
+            callback(trace, point)
+
+    def _received(self, _widget: Any, content: Mapping[str, Any], _buffers: Any) -> None:
+        if content.get("type") == "click":
+            self.click(int(content["trace"]), int(content["point"]))
+        elif content.get("type") == "shown":
+            if self._shown:  # another view, drawn from the first state: every view gets the current one
+                self.send({"type": "figure", "json": to_json_plotly(self._state)})
+            self._shown = True
+
+
+def _arrays(node: Any) -> Any:
+    """``node`` with plotly's typed-array specs (``{"dtype", "bdata"[, "shape"]}``, what ``to_plotly_json`` makes of
+    numpy arrays) back as numpy arrays, so the Python side reads what it was given."""
+    if isinstance(node, dict):
+        if {"dtype", "bdata"} <= node.keys() and node.keys() <= {"dtype", "bdata", "shape"}:
+            values = np.frombuffer(base64.b64decode(node["bdata"]), dtype=node["dtype"]).copy()
+            shape = node.get("shape")
+            return values.reshape([int(n) for n in str(shape).split(",")]) if shape else values
+        return {key: _arrays(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_arrays(value) for value in node]
+    return node
+
+
+def _set_path(node: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+
+
+@functools.lru_cache(maxsize=1)
+def _plotly_source() -> str:
+    """The plotly.js bundle of the installed ``plotly`` package (read once)."""
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()

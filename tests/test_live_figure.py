@@ -1,0 +1,104 @@
+"""LiveFigure: the figure a view draws first, one message per update once a view has drawn, the current figure for a
+view drawn later, clicks back to Python, and the Python side's own copy of the data."""
+
+import json
+
+import comm
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from agl_lab.ui.live_figure import LiveFigure
+
+SENT: list[dict] = []
+
+
+class RecordingComm(comm.base_comm.BaseComm):
+    def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys):
+        SENT.append(json.loads(json.dumps(data or {})))
+
+
+def from_browser(widget, content):
+    """A custom message from a view, as ipywidgets hands it to the kernel's widget."""
+    widget._handle_msg({"content": {"data": {"method": "custom", "content": content}}, "buffers": []})  # noqa: SLF001
+
+
+def sent(kind):
+    """The custom messages of type ``kind`` sent since the last call, their JSON parsed; clears the record."""
+    out = [
+        json.loads(m["content"]["json"]) for m in SENT if m.get("method") == "custom" and m["content"]["type"] == kind
+    ]
+    SENT.clear()
+    return out
+
+
+@pytest.fixture
+def live(monkeypatch):
+    monkeypatch.setattr(comm, "create_comm", lambda *a, **k: RecordingComm(*a, **k))
+    figure = go.Figure([go.Scatter(x=np.arange(3.0), y=np.array([1.0, np.nan, 3.0]), name="a"),
+                        go.Bar(x=[0, 1], y=[2, 4], name="b", error_y=dict(type="data", array=[0.1, 0.2]))])  # fmt: skip
+    figure.update_layout(xaxis_range=[0, 3], width=400)
+    SENT.clear()
+    return LiveFigure(figure)
+
+
+def test_the_first_state_carries_plotly_js_and_the_figure_with_its_arrays(live):
+    assert live._plotly_js.lstrip().startswith("/**") and "window.Plotly = Plotly" in live._plotly_js
+    first = json.loads(live._figure)
+    assert [t["name"] for t in first["data"]] == ["a", "b"] and first["layout"]["width"] == 400
+    data = live.figure.data  # numpy again on the Python side (to_plotly_json made them base64 specs)
+    np.testing.assert_array_equal(data[0].x, [0.0, 1.0, 2.0])
+    assert np.isnan(data[0].y[1])
+
+
+def test_before_a_view_has_drawn_an_update_changes_the_figure_it_will_draw(live):
+    live.update({0: {"y": np.array([5.0, 6.0, 7.0])}}, {"yaxis.range": [0, 8]})
+    assert sent("update") == []
+    first = json.loads(live._figure)
+    assert first["data"][0]["y"] == [5.0, 6.0, 7.0] and first["layout"]["yaxis"]["range"] == [0, 8]
+
+
+def test_after_a_view_has_drawn_an_update_is_one_message_of_what_changed(live):
+    from_browser(live, {"type": "shown"})
+    figure_before = live._figure
+    SENT.clear()
+    live.update({1: {"y": np.array([3, 1]), "error_y.array": np.array([0.5, np.nan])}}, {"xaxis.range": [-1, 2]})
+    (update,) = sent("update")
+    assert update == {"traces": [1], "data": [{"y": [3, 1], "error_y.array": [0.5, None]}],
+                      "layout": {"xaxis.range": [-1, 2]}}  # fmt: skip
+    assert live._figure == figure_before  # the full figure is not sent again
+    bar = live.figure.data[1]  # the Python side keeps what was sent, dotted paths nested
+    np.testing.assert_array_equal(bar.y, [3, 1])
+    assert bar.error_y.array[0] == 0.5 and live.figure.layout.xaxis.range == (-1, 2)
+
+
+def test_a_view_drawn_later_gets_the_current_figure(live):
+    from_browser(live, {"type": "shown"})
+    live.update({0: {"y": [9.0, 9.0, 9.0]}})
+    SENT.clear()
+    from_browser(live, {"type": "shown"})  # a second display, or the page reloaded: it drew the first state
+    (figure,) = sent("figure")
+    assert figure["data"][0]["y"] == [9.0, 9.0, 9.0]
+
+
+def test_a_click_calls_back_with_the_trace_and_the_point(live):
+    clicks = []
+    live.on_click(lambda trace, point: clicks.append((trace, point)))
+    from_browser(live, {"type": "click", "trace": 1, "point": 0})
+    assert clicks == [(1, 0)]
+
+
+def test_panels_freeze_what_is_loaded_once_per_process():
+    import gc
+
+    from agl_lab.ui.gc_pauses import freeze_loaded
+
+    freeze_loaded.cache_clear()  # as in a fresh kernel
+    gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+    freeze_loaded()
+    frozen = gc.get_freeze_count()
+    assert frozen > 10_000  # the imports: torch, verl, plotly, the lab
+    garbage = [[] for _ in range(1000)]  # noqa: F841  (objects made after it stay scannable)
+    freeze_loaded()
+    assert gc.get_freeze_count() == frozen
