@@ -59,8 +59,9 @@ def test_settings_that_differ_only_in_a_secret_are_refused_naming_the_key(tmp_pa
     assert SECRET not in text and OTHER not in text
 
 
-def test_an_environment_key_printed_by_anything_is_masked(capfd, monkeypatch):
-    monkeypatch.setenv("WANDB_API_KEY", SECRET)
+@pytest.mark.parametrize("name", ["WANDB_API_KEY", "RAY_AUTH_TOKEN"])
+def test_an_environment_key_printed_by_anything_is_masked(name, capfd, monkeypatch):
+    monkeypatch.setenv(name, SECRET)
     from agl_lab.config.secrets import secret_values
 
     with masked_output(secret_values([])):

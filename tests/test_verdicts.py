@@ -30,6 +30,8 @@ def row(**values):
         ({"n_pairs": 0, "mean_diff": math.nan}, "both_on − both_off: no pair: need ≥ 2 seeds per setting"),
         ({"mean_diff": 0.0, "sd_diff": 0.0, "ci_low": 0.0, "ci_high": 0.0, "p_value": math.nan,
           "seeds_needed": math.inf}, "both_on − both_off: +0 [+0, +0], p=n/a, n=3 pairs; no pair differs"),
+        ({"mean_diff": 1e-17, "sd_diff": 2e-17, "ci_low": -3e-17, "ci_high": 4e-17, "p_value": 0.4},
+         "both_on − both_off: +0 [+0, +0], p=0.40, n=3 pairs; ~9 pairs would resolve it"),  # float noise: 0
         ({"mean_diff": 0.0, "seeds_needed": math.inf, "p_value": 1.0}, "both_on − both_off: +0.00 [−0.02, +0.14], "
          "p=1.00, n=3 pairs; a mean of exactly 0: no number of pairs would resolve it"),
         ({"mean_diff": 392.0, "ci_low": 120.5, "ci_high": 663.2, "p_value": 0.02}, "both_on − both_off: +392 [+120, "

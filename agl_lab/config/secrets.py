@@ -64,8 +64,9 @@ def redacted_yaml(cfg: Any) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(redact(container)))
 
 
-# Environment variables that hold keys agl_lab or its trackers read.
-SECRET_ENV = ("AGL_KEY", "WANDB_API_KEY", "HF_TOKEN", "OPENAI_API_KEY")
+# Environment variables that hold keys agl_lab, its trackers or its Ray cluster read (a cluster with token
+# authentication: `agl-lab sweep --address`).
+SECRET_ENV = ("AGL_KEY", "WANDB_API_KEY", "HF_TOKEN", "OPENAI_API_KEY", "RAY_AUTH_TOKEN")
 
 
 def secret_values(argv: Iterable[str], environ: Mapping[str, str] | None = None) -> list[str]:

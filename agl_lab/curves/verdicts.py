@@ -115,10 +115,12 @@ def _plain(values: Sequence[float]) -> list[str]:
 
 
 def _signed(values: Sequence[float]) -> list[str]:
-    """Signed numbers with a true minus, 2 significant digits of the largest, never in exponent form."""
+    """Signed numbers with a true minus, 2 significant digits of the largest, never in exponent form, at most 8
+    decimals: what rounds to 0 there (float noise, like a mean of 1e-17 where two settings give the same numbers)
+    is 0, so it reads ``+0`` and not ``+0.00000000``."""
+    values = [0.0 if np.isfinite(v) and abs(v) < 5e-9 else v for v in values]
     finite = [abs(v) for v in values if np.isfinite(v) and v != 0]
-    decimals = max(0, 1 - math.floor(math.log10(max(finite)))) if finite else 0
-    decimals = min(decimals, 8)
+    decimals = min(max(0, 1 - math.floor(math.log10(max(finite)))), 8) if finite else 0
     return [f"{v:+.{decimals}f}".replace("-", "−") if np.isfinite(v) else str(v) for v in values]
 
 
