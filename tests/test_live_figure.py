@@ -65,7 +65,7 @@ def test_after_a_view_has_drawn_an_update_is_one_message_of_what_changed(live):
     live.update({1: {"y": np.array([3, 1]), "error_y.array": np.array([0.5, np.nan])}}, {"xaxis.range": [-1, 2]})
     (update,) = sent("update")
     assert update == {"traces": [1], "data": [{"y": [3, 1], "error_y.array": [0.5, None]}],
-                      "layout": {"xaxis.range": [-1, 2]}}  # fmt: skip
+                      "layout": {"xaxis.range": [-1, 2]}, "frame": True}  # fmt: skip
     assert live._figure == figure_before  # the full figure is not sent again
     bar = live.figure.data[1]  # the Python side keeps what was sent, dotted paths nested
     np.testing.assert_array_equal(bar.y, [3, 1])
@@ -102,3 +102,14 @@ def test_panels_freeze_what_is_loaded_once_per_process():
     garbage = [[] for _ in range(1000)]  # noqa: F841  (objects made after it stay scannable)
     freeze_loaded()
     assert gc.get_freeze_count() == frozen
+
+
+def test_a_full_redraw_says_so_and_replace_sends_the_whole_new_figure(live):
+    from_browser(live, {"type": "shown"})
+    SENT.clear()
+    live.update({0: {"y": [1.0, 2.0, 3.0]}}, frame=False)  # curves whose axes follow their data
+    (update,) = sent("update")
+    assert update["frame"] is False and update["traces"] == [0]
+    live.replace(go.Figure([go.Scatter(x=[1, 2], y=[3, 4], name="c")]))
+    (figure,) = sent("figure")
+    assert [t["name"] for t in figure["data"]] == ["c"] and [t.name for t in live.figure.data] == ["c"]

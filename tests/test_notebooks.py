@@ -64,8 +64,8 @@ def test_notebooks_are_present():
 
 
 def strip_anywidget_code(notebook) -> None:
-    """Drop the JavaScript anywidget keeps in each widget's saved state: plotly.js, once per figure (``_esm`` of a
-    plotly ``FigureWidget``, ``_plotly_js`` of a :class:`agl_lab.ui.live_figure.LiveFigure`)."""
+    """Drop the JavaScript anywidget keeps in each widget's saved state: its module (``_esm``) and plotly.js, once
+    per figure (``_plotly_js`` of a :class:`agl_lab.ui.live_figure.LiveFigure`)."""
     widgets = notebook.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
     for model in widgets.get("state", {}).values():
         model.get("state", {}).pop("_esm", None)
@@ -85,7 +85,7 @@ def test_notebook_executes(path: Path, tmp_path: Path, monkeypatch):
     executed = nbformat.read(output, as_version=4)
     strip_anywidget_code(executed)
     nbformat.write(executed, output)
-    # each plotly FigureWidget ships plotly.js (~5 MB) as its anywidget code; without it the notebook is small
+    # each live figure ships plotly.js (~5 MB) in its saved state; without it the notebook is small
     assert output.stat().st_size < 5_000_000, f"{path.name} executes to {output.stat().st_size / 1e6:.1f} MB"
     errors = [
         o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"

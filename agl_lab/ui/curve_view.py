@@ -1,7 +1,8 @@
 """Training curves in a notebook as W&B and TensorBoard users expect them: hover, zoom, smoothing, other runs.
 
-One plotly ``FigureWidget`` with the standard panels (:mod:`agl_lab.curves.panels`, drawn by
-:mod:`agl_lab.curves.plotly_curves` in the PNGs' style) and the controls around it:
+One plotly figure (:class:`agl_lab.ui.live_figure.LiveFigure`) with the standard panels
+(:mod:`agl_lab.curves.panels`, drawn by :mod:`agl_lab.curves.plotly_curves` in the PNGs' style) and the controls
+around it:
 
 * **smoothing** — a slider for the weight of TensorBoard's debiased EMA (0 = the values as logged; the raw values
   stay faint behind the bold smoothed line). Moving it sends new y values to the existing traces, nothing else.
@@ -33,10 +34,11 @@ from omegaconf import DictConfig, OmegaConf
 from agl_lab.curves.band_kinds import Band
 from agl_lab.curves.history import COLUMNS, read_run_dir
 from agl_lab.curves.panels import PANELS
-from agl_lab.curves.plotly_curves import empty_panels, panel_traces, panel_ylabels
+from agl_lab.curves.plotly_curves import empty_panels, panel_traces
 from agl_lab.curves.style import DEFAULT_SMOOTHING
 from agl_lab.training.runs import finished_runs
 from agl_lab.ui.gc_pauses import freeze_loaded
+from agl_lab.ui.live_figure import LiveFigure
 from agl_lab.ui.run_command import run_config
 
 __all__ = ["RUN_ROOTS", "CurveView"]
@@ -70,7 +72,7 @@ class CurveView:
         self.panels, self.band, self.run_roots = list(panels), band, [Path(r) for r in run_roots]
         self.command, self.on_restore = command, on_restore
         self.table = pd.DataFrame(columns=COLUMNS) if table is None else table
-        self.figure = go.FigureWidget(empty_panels(self.panels, set(self.table.metric)))
+        self.plot = LiveFigure(empty_panels(self.panels, set(self.table.metric)))
         self.smoothing = w.FloatSlider(value=smoothing, min=0.0, max=0.99, step=0.01, description="smoothing",
                                        readout_format=".2f", continuous_update=False,
                                        style={"description_width": "initial"})  # fmt: skip
@@ -95,8 +97,13 @@ class CurveView:
         self.copy_button.on_click(lambda _: self.copy_command())
         controls = w.HBox([self.smoothing, self.runs, w.VBox([self.refresh_button, self.restore_button])],
                           layout=w.Layout(gap="16px", align_items="flex-start"))  # fmt: skip
-        self.widget = w.VBox([controls, w.HBox([self.copy_button, self.note]), self.command_box, self.figure])
+        self.widget = w.VBox([controls, w.HBox([self.copy_button, self.note]), self.command_box, self.plot])
         self.redraw()
+
+    @property
+    def figure(self) -> go.Figure:
+        """The curves as drawn now (a validated copy, for reading)."""
+        return self.plot.figure
 
     def update(self, table: pd.DataFrame) -> None:
         """Show ``table`` (the lab's runs so far): values move in place; new lines are added."""
@@ -141,16 +148,13 @@ class CurveView:
             return
         traces = panel_traces(self.table, panels=self.panels, band=self.band, smoothing=float(self.smoothing.value),
                               overlay=self._overlay())  # fmt: skip
-        if list(traces) == self._keys:
-            with self.figure.batch_update():
-                for trace, props in zip(self.figure.data, traces.values(), strict=True):
-                    trace.update({k: props[k] for k in _MOVED if k in props})
+        if list(traces) == self._keys:  # the same lines: their values move, the axes follow them
+            moved = {i: {k: props[k] for k in _MOVED if k in props} for i, props in enumerate(traces.values())}
+            self.plot.update(moved, frame=False)
             return
-        self.figure.data = ()
-        self.figure.add_traces([go.Scatter(**props) for props in traces.values()])
-        with self.figure.batch_update():
-            for i, label in enumerate(panel_ylabels(self.panels, set(self.table.metric) or None)):
-                self.figure.layout[f"yaxis{i + 1 if i else ''}"].title.text = label
+        figure = empty_panels(self.panels, set(self.table.metric) or None)
+        figure.add_traces([go.Scatter(**props) for props in traces.values()])
+        self.plot.replace(figure)
         self._keys = list(traces)
 
     def _overlay(self) -> pd.DataFrame | None:

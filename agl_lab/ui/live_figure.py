@@ -13,20 +13,23 @@ A ``LiveFigure`` is an anywidget around plotly.js itself:
 * :meth:`LiveFigure.update` sends the traces and layout keys that changed as one message.
 * The browser draws each update as a zero-length ``Plotly.animate`` frame without the closing redraw: the traces and
   the axes' ranges move, while the legend and the layout stay as drawn. Give every axis its range, since nothing
-  autoranges.
+  autoranges. Curves whose axes follow their data ask for a full redraw instead (``frame=False``: plotly's own
+  diff, ``Plotly.react``), and other traces are drawn with :meth:`LiveFigure.replace`.
 * Only clicks come back, to :meth:`LiveFigure.on_click`.
 * plotly.js is the ``plotly`` package's own bundle. It comes with each figure's state, as ``FigureWidget``'s does,
   and the page evaluates it once.
 * A view drawn after updates (a second display, a reloaded page) asks for the current figure.
 
 :attr:`LiveFigure.figure` builds a validated ``go.Figure`` of the current state, for reading.
-Used by :mod:`agl_lab.ui.weighting_figures` and :mod:`agl_lab.ui.rollout_scatter` (notebook 01).
+Used by :mod:`agl_lab.ui.weighting_figures` and :mod:`agl_lab.ui.rollout_scatter` (notebook 01, frames) and
+:mod:`agl_lab.ui.curve_view` (notebooks 03 and 04, full redraws).
 """
 
 from __future__ import annotations
 
 import base64
 import functools
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -42,6 +45,13 @@ __all__ = ["LiveFigure"]
 _ESM = """
 const FRAME = {transition: {duration: 0}, frame: {duration: 0, redraw: false}, mode: "immediate"};
 const CONFIG = {displaylogo: false, responsive: false};
+
+function setPath(node, path, value) {
+  const parts = path.split(".");
+  const last = parts.pop();
+  for (const part of parts) node = node[part] = node[part] || {};
+  node[last] = value;
+}
 
 function plotly(model) {
   if (!globalThis.Plotly) new Function("module", "define", "exports", model.get("_plotly_js"))();
@@ -63,7 +73,15 @@ export default {
     const onMessage = (msg) => {
       if (msg.type === "update") {
         const u = JSON.parse(msg.json);
-        Plotly.animate(gd, {data: u.data, traces: u.traces, layout: u.layout}, FRAME);
+        if (u.frame) {
+          Plotly.animate(gd, {data: u.data, traces: u.traces, layout: u.layout}, FRAME);
+          return;
+        }
+        // a full redraw, axes autoranged: the changes into the drawn figure's own data, then plotly's diff
+        u.traces.forEach((t, k) => Object.entries(u.data[k]).forEach(([path, v]) => setPath(gd.data[t], path, v)));
+        Object.entries(u.layout).forEach(([path, v]) => setPath(gd.layout, path, v));
+        gd.layout.datarevision = (gd.layout.datarevision || 0) + 1;
+        Plotly.react(gd, gd.data, gd.layout, CONFIG);
       } else if (msg.type === "figure") {
         draw(msg.json);
       }
@@ -89,28 +107,51 @@ class LiveFigure(anywidget.AnyWidget):
         self._state: dict[str, Any] = {"data": state["data"], "layout": state["layout"]}
         self._shown = False  # whether a view has drawn: from then on updates go as messages
         self._click_callbacks: list[Callable[[int, int], None]] = []
+        self._lock = threading.Lock()  # a training panel updates from its run's thread while a view asks
         super().__init__(_plotly_js=_plotly_source(), _figure=to_json_plotly(self._state))
         self.on_msg(self._received)
 
     @property
     def figure(self) -> go.Figure:
         """The current figure, validated (built on each call: for reading, not for drawing)."""
-        return go.Figure(self._state)
+        with self._lock:
+            return go.Figure(self._state)
 
-    def update(self, traces: Mapping[int, Mapping[str, Any]] | None = None, layout: Mapping[str, Any] | None = None):
+    def update(
+        self,
+        traces: Mapping[int, Mapping[str, Any]] | None = None,
+        layout: Mapping[str, Any] | None = None,
+        *,
+        frame: bool = True,
+    ) -> None:
         """Set ``traces`` (trace index → {property: value}, dotted paths like ``error_y.array`` allowed) and
-        ``layout`` (dotted paths like ``yaxis2.range``): one message, drawn as one animation frame."""
+        ``layout`` (dotted paths like ``yaxis2.range``): one message. ``frame``: drawn as one animation frame, where
+        nothing autoranges (give every axis its range); False: redrawn in full with autoranged axes (slower; for
+        curves whose axes follow the data)."""
         traces, layout = dict(traces or {}), dict(layout or {})
-        for index, style in traces.items():
-            for path, value in style.items():
-                _set_path(self._state["data"][index], path, value)
-        for path, value in layout.items():
-            _set_path(self._state["layout"], path, value)
-        if not self._shown:  # no view yet: the figure it will draw first
-            self._figure = to_json_plotly(self._state)
-            return
-        message = {"traces": list(traces), "data": [dict(style) for style in traces.values()], "layout": layout}
-        self.send({"type": "update", "json": to_json_plotly(message)})
+        with self._lock:
+            for index, style in traces.items():
+                for path, value in style.items():
+                    _set_path(self._state["data"][index], path, value)
+            for path, value in layout.items():
+                _set_path(self._state["layout"], path, value)
+            if not self._shown:  # no view yet: the figure it will draw first
+                self._figure = to_json_plotly(self._state)
+                return
+            message = {"traces": list(traces), "data": [dict(style) for style in traces.values()], "layout": layout,
+                       "frame": frame}  # fmt: skip
+            self.send({"type": "update", "json": to_json_plotly(message)})
+
+    def replace(self, figure: go.Figure) -> None:
+        """Draw ``figure`` instead (other traces, another layout): one message with the whole figure; zoom and hidden
+        legend entries survive where its ``uirevision`` says so."""
+        state = _arrays(figure.to_plotly_json())
+        with self._lock:
+            self._state = {"data": state["data"], "layout": state["layout"]}
+            if not self._shown:
+                self._figure = to_json_plotly(self._state)
+                return
+            self.send({"type": "figure", "json": to_json_plotly(self._state)})
 
     def on_click(self, callback: Callable[[int, int], None]) -> None:
         """Call ``callback(trace index, point index)`` when a point is clicked in the notebook."""
@@ -125,9 +166,10 @@ class LiveFigure(anywidget.AnyWidget):
         if content.get("type") == "click":
             self.click(int(content["trace"]), int(content["point"]))
         elif content.get("type") == "shown":
-            if self._shown:  # another view, drawn from the first state: every view gets the current one
-                self.send({"type": "figure", "json": to_json_plotly(self._state)})
-            self._shown = True
+            with self._lock:
+                if self._shown:  # another view, drawn from the first state: every view gets the current one
+                    self.send({"type": "figure", "json": to_json_plotly(self._state)})
+                self._shown = True
 
 
 def _arrays(node: Any) -> Any:
