@@ -12,7 +12,7 @@ status line answers. No sleeps are timed.
   loss mode, cap, mini- and micro-batch, dp ranks, seed, every generator knob.
 * 02, the config form: rollout-level advantage, loss mode, cap, mini-batch, estimator, the extra ``key=value`` field.
 * 03, the training panel: Run (until the status says it started) and Stop (until it says it is stopping) during a
-  run of the default size.
+  run of the default size; then its curves' smoothing slider (every line's values move, the axes follow them).
 * 04 has no controls yet (its figures are images); a driver added to ``DRIVERS`` joins it to the benchmark.
 
 Headless Chromium here has no GPU: WebGL runs in software (SwiftShader), so figures draw slower than on a desktop.
@@ -276,6 +276,9 @@ def training_panel(page: Page, cell: Locator, repeats: int) -> list[Change]:
     for _ in range(repeats):
         changes.append(("Run", run, run.click, "(cell) => !cell.querySelector('button.mod-danger:disabled')"))
         changes.append(("Stop", stop, stop_a_few_steps_in, f"(cell) => {_STATUS_JS}(cell, /stopp/)"))
+    # the panel's curves, once the last run has ended (the wait is not timed): every line's values move, axes follow
+    for name, control, press, until in slider_changes("curves: smoothing", labelled(cell, "smoothing"), repeats):
+        changes.append((name, control, lambda press=press: (training_panel_done(page, cell), press()), until))
     return changes
 
 
