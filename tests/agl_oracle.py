@@ -136,6 +136,32 @@ def assert_same_tensor(ours: torch.Tensor, theirs: torch.Tensor, name: str) -> N
     assert bool(same.all()), f"{name} differs:\nagl_lab {ours}\nAgent Lightning {theirs}"
 
 
+# The response-mask dtypes real batches carry: verl's own compute_response_mask (int64), Agent Lightning's adapter
+# (int64), hand-built and dumped batches (bool, float32), and bf16 where a pipeline casts every float field.
+MASK_DTYPES = (torch.long, torch.bool, torch.float32, torch.bfloat16)
+
+
+def snapshot(batch: DataProto) -> dict[str, Any]:
+    """Copies of every field of ``batch`` now, for :func:`assert_unchanged` after a call."""
+    tensors = {key: batch.batch[key].clone() for key in batch.batch.keys()} if batch.batch is not None else {}
+    fields = {key: copy.deepcopy(values) for key, values in batch.non_tensor_batch.items()}
+    return {"tensors": tensors, "fields": fields}
+
+
+def assert_unchanged(batch: DataProto, before: dict[str, Any], *, added: tuple[str, ...] = ()) -> None:
+    """Every field ``batch`` had at :func:`snapshot` time is still there with the same values and dtype; only the
+    fields named in ``added`` may have been added (what the function documents it writes)."""
+    now = set(batch.batch.keys()) if batch.batch is not None else set()
+    assert now - set(before["tensors"]) <= set(added), sorted(now - set(before["tensors"]))
+    for key, value in before["tensors"].items():
+        assert key in now, f"input field {key} was removed"
+        assert_same_tensor(batch.batch[key], value, f"input {key} (after the call)")
+    new_fields = set(batch.non_tensor_batch) - set(before["fields"])
+    assert new_fields <= set(added), sorted(new_fields)
+    for key, values in before["fields"].items():
+        assert list(batch.non_tensor_batch[key]) == list(values), f"input non-tensor {key} was changed"
+
+
 def assert_same_metrics(ours: dict[str, Any], theirs: dict[str, Any]) -> None:
     assert set(ours) == set(theirs), (sorted(set(ours) - set(theirs)), sorted(set(theirs) - set(ours)))
     for key, value in theirs.items():
@@ -169,9 +195,11 @@ def make_rows(
     prompt_width: int = 2,
     extra: dict[str, torch.Tensor] | None = None,
     non_tensor: dict[str, np.ndarray] | None = None,
+    mask_dtype: torch.dtype = torch.long,
 ) -> DataProto:
     """A fresh DataProto in Agent Lightning's row layout: row i has ``lengths[i]`` trainable response tokens
-    (left-aligned, some may be 0), its reward on its last one (on column 0 when empty)."""
+    (left-aligned, some may be 0), its reward on its last one (on column 0 when empty); ``response_mask`` in
+    ``mask_dtype`` (the attention mask stays int64, as verl's is)."""
     n = len(lengths)
     cols = torch.arange(width)
     lens = torch.tensor(lengths, dtype=torch.long).reshape(n)
@@ -185,7 +213,7 @@ def make_rows(
         "input_ids": torch.ones(n, prompt_width + width, dtype=torch.long),
         "attention_mask": attention,
         "position_ids": torch.clamp(torch.cumsum(attention, dim=-1) - 1, min=0),
-        "response_mask": response_mask,
+        "response_mask": response_mask.to(mask_dtype),
         "token_level_scores": scores,
         **(extra or {}),
     }

@@ -18,16 +18,19 @@ import numpy as np
 import pytest
 import torch
 from agl_oracle import (
+    MASK_DTYPES,
     N_EXAMPLES,
     OUTCOME_ESTIMATORS,
     TOKEN_LEVEL_ESTIMATORS,
     agl,
     assert_same_batch,
     assert_same_error,
+    assert_unchanged,
     count,
     examples,
     make_rows,
     outcome,
+    snapshot,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -60,6 +63,7 @@ def rollout_batches(draw):
         "width": width,
         "rows_per_rollout": rows_per_rollout,
         "score_dtype": draw(st.sampled_from([torch.bfloat16, torch.bfloat16, torch.float32, torch.float64])),
+        "mask_dtype": draw(st.sampled_from(MASK_DTYPES)),
         "id_kind": draw(st.sampled_from(["str", "object", "int"])),
         "uid_from": draw(st.sampled_from(["data_id_list", "data_id_list", "uid", "both", "neither"])),
         "broken": draw(st.sampled_from([None] * 8 + ["uid", "reward", "tiny_reward", "empty_first", "no_rollout_ids"])),
@@ -131,6 +135,7 @@ def build(spec):
         score_dtype=spec["score_dtype"],
         extra=extra,
         non_tensor=non_tensor,
+        mask_dtype=spec["mask_dtype"],
     )
     batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
     if broken == "no_rollout_ids":
@@ -143,7 +148,12 @@ def build(spec):
 def _rollout_level_cases(case):
     spec, kwargs = case
     theirs, their_error = outcome(lambda: agl().advantage.compute_rollout_level_advantage(build(spec), **kwargs))
-    ours, our_error = outcome(lambda: compute_rollout_level_advantage(build(spec), **kwargs))
+    given_batch = build(spec)
+    before = snapshot(given_batch)
+    ours, our_error = outcome(lambda: compute_rollout_level_advantage(given_batch, **kwargs))
+    # the batch's own fields are never changed (a float32 mask once came back holding advantages); on success it
+    # gains what the function writes
+    assert_unchanged(given_batch, before, added=("advantages", "returns", "uid") if our_error is None else ())
     estimator = kwargs["adv_estimator"]
     if their_error is not None:
         assert_same_error(their_error, our_error)

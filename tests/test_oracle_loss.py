@@ -33,7 +33,7 @@ from agl_lab import (
 
 SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 ADV_DTYPES = (torch.float32, torch.bfloat16, torch.float64, torch.float16)
-MASK_DTYPES = (torch.long, torch.bool, torch.int32, torch.float32)
+MASK_DTYPES = (torch.long, torch.bool, torch.int32, torch.float32, torch.bfloat16)
 ID_KINDS = ("list", "tuple", "str_array", "object_array", "int_array", "series", "int_series", "tuple_ids")
 
 
@@ -87,9 +87,11 @@ def _normalization_cases(inputs):
     theirs, their_error = outcome(
         lambda: agl().loss.normalize_advantages_by_rollout(advantages, mask, ids, num_trained_rows=num_trained_rows)
     )
+    given = (advantages.clone(), mask.clone(), ids.copy() if hasattr(ids, "copy") else ids)
     ours, our_error = outcome(
         lambda: normalize_advantages_by_rollout(advantages, mask, ids, num_trained_rows=num_trained_rows)
     )
+    assert_inputs_unchanged((advantages, mask, ids), given)
     if their_error is not None:
         assert_same_error(their_error, our_error)
     else:
@@ -148,7 +150,7 @@ def loss_inputs(draw):
     if draw(st.booleans()):
         advantages = advantages.masked_fill(torch.from_numpy(rng.random((rows, width)) < 0.3), 0.0)
     mask = torch.from_numpy(rng.random((rows, width)) < draw(st.sampled_from([0.0, 0.5, 0.9, 1.0])))
-    mask = mask.to(draw(st.sampled_from([torch.long, torch.bool, torch.float32])))
+    mask = mask.to(draw(st.sampled_from(MASK_DTYPES)))
     weights = torch.from_numpy(rng.random((rows, width)) * 2).float() if draw(st.booleans()) else None
     return (
         old,
@@ -161,6 +163,15 @@ def loss_inputs(draw):
     )
 
 
+def assert_inputs_unchanged(inputs, copies):
+    """Each tensor (and id container) a function got is as it was before the call: values and dtype."""
+    for value, before in zip(inputs, copies, strict=True):
+        if isinstance(value, torch.Tensor):
+            assert_same_tensor(value, before, "an input tensor (after the call)")
+        elif value is not None:
+            assert list(value) == list(before), "the rollout ids were changed"
+
+
 def _loss_and_gradient(loss_fn, old, new, advantages, mask, weights, config, agg):
     log_prob = new.clone().requires_grad_(True)
     loss, metrics = loss_fn(old, log_prob, advantages, mask, agg, config, rollout_is_weights=weights)
@@ -170,7 +181,9 @@ def _loss_and_gradient(loss_fn, old, new, advantages, mask, weights, config, agg
 
 def _loss_case(agl_fn, lab_fn, inputs):
     theirs, their_error = outcome(lambda: _loss_and_gradient(agl_fn, *inputs))
+    given = [value.clone() if isinstance(value, torch.Tensor) else value for value in inputs]
     ours, our_error = outcome(lambda: _loss_and_gradient(lab_fn, *inputs))
+    assert_inputs_unchanged(inputs[:5], given[:5])
     if their_error is not None:
         assert_same_error(their_error, our_error)
         return

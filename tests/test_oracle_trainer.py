@@ -22,16 +22,19 @@ import numpy as np
 import pytest
 import torch
 from agl_oracle import (
+    MASK_DTYPES,
     N_EXAMPLES,
     agl,
     agl_train_step,
     assert_same_batch,
     assert_same_error,
     assert_same_metrics,
+    assert_unchanged,
     count,
     examples,
     make_rows,
     outcome,
+    snapshot,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -93,6 +96,7 @@ def train_steps(draw):
         "width": draw(st.integers(1, 5)),
         "rows_per_rollout": rows_per_rollout,
         "score_dtype": draw(st.sampled_from([torch.bfloat16, torch.bfloat16, torch.float32])),
+        "mask_dtype": draw(st.sampled_from(MASK_DTYPES)),
         "marked": draw(st.sampled_from([None, 0.0, 0.15, 0.5])),  # None: no is_drop_mask at all
         "data_ids": draw(st.integers(0, 9)) > 0,  # 1 in 10 without data_id_list: a random uid per row
         "rollout_log_probs": draw(st.booleans()),
@@ -135,6 +139,7 @@ def build(spec, *, keep=None):
         score_dtype=spec["score_dtype"],
         extra=extra,
         non_tensor={"row": np.arange(n)},
+        mask_dtype=spec.get("mask_dtype", torch.long),
     )
     return rows if keep is None else rows[torch.from_numpy(np.asarray(keep, dtype=np.int64))]
 
@@ -156,9 +161,12 @@ def _train_step_cases(case):
     cfg = config(*cfg_key)
     random.seed(seed)
     theirs = agl_train_step(cfg, build(spec))
+    rows = build(spec)
+    before = snapshot(rows)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", EmptyBatchWarning)
-        selection, error = outcome(lambda: plan_selection(build(spec), cfg, seed=seed))
+        selection, error = outcome(lambda: plan_selection(rows, cfg, seed=seed))
+    assert_unchanged(rows, before)  # the pipeline works on a copy: the rows given stay as they were
     if error is not None or theirs.kept is None and theirs.error is not None:  # raised in steps 1-2
         assert theirs.kept is None, "Agent Lightning got past the drops"
         assert_same_error(theirs.error, error)
@@ -186,7 +194,12 @@ def _train_step_cases(case):
         assert again["training/n_sample_trained"] == len(theirs.kept)
     path = "forced draw: whole pipeline" if is_forced else "random draw: steps 3-5 on Agent Lightning's rows"
 
-    ours, error = outcome(lambda: lab_steps_3_to_5(batch, cfg))
+    with_old_log_probs(batch)
+    given = snapshot(batch)
+    ours, error = outcome(lambda: compute_advantages(batch, cfg))
+    # steps 3-5 write their results into the batch they get and change none of its fields (a float mask stays a mask)
+    written = ("token_level_rewards", "advantages", "returns", "rollout_is_weights")
+    assert_unchanged(batch, given, added=written)
     if theirs.error is not None:
         if not spec["data_ids"]:  # texts may name a row's random uid: compare them with the uuids blanked
             theirs.error, error = _blank_uuids(theirs.error), _blank_uuids(error)

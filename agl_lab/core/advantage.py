@@ -124,9 +124,10 @@ def compute_rollout_level_advantage(
         )
     codes = torch.from_numpy(rollouts.codes).to(response_mask.device)  # (rows,)
     for key, scalars in broadcast.items():
-        if scalars is not None:  # a float copy of the mask scaled in place beats a type-promoting multiply
+        if scalars is not None:  # a fresh copy of the mask scaled in place beats a type-promoting multiply; copy=True
+            # because .to() returns the mask itself when its dtype already matches (a float32 mask, float32 rewards)
             row_scalars = scalars.to(response_mask.device)[codes].unsqueeze(-1)  # (rows, 1)
-            broadcast[key] = response_mask.to(scalars.dtype).mul_(row_scalars)  # (rows, R)
+            broadcast[key] = response_mask.to(scalars.dtype, copy=True).mul_(row_scalars)  # (rows, R)
     if "returns" in broadcast and broadcast["returns"] is None:
         broadcast["returns"] = broadcast["advantages"].clone()
 

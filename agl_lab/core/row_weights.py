@@ -33,6 +33,7 @@ import torch
 from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
 
 from agl_lab.core.groups import group_rows
+from agl_lab.core.rows import trainable_tokens
 
 __all__ = [
     "PARTITION_PRESERVING",
@@ -68,7 +69,7 @@ def row_loss_weights(response_mask: torch.Tensor, rollout_ids: Any, *, mode: str
     rows = torch.bincount(codes, minlength=rollouts.n_groups).double()  # (rollouts,) N
     if mode == SESSION_EQUAL:
         return 1.0 / rows[codes]  # (rows,)
-    row_tokens = response_mask.sum(dim=-1).double()  # (rows,) T_j
+    row_tokens = trainable_tokens(response_mask)  # (rows,) T_j
     tokens = torch.zeros(rollouts.n_groups, dtype=torch.float64, device=response_mask.device)
     tokens.index_add_(0, codes, row_tokens)  # (rollouts,) T = Σ_j T_j
     mean_tokens = tokens[codes] / rows[codes]  # (rows,) mean_j(T)

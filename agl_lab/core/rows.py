@@ -26,7 +26,15 @@ from verl import DataProto
 
 from agl_lab.core.groups import as_ids, group_key, group_rows, non_tensor_ids
 
-__all__ = ["SCORE_DTYPE", "build_rows", "require_fields", "require_finite_rows", "require_matrix", "rows_frame"]
+__all__ = [
+    "SCORE_DTYPE",
+    "build_rows",
+    "require_fields",
+    "require_finite_rows",
+    "require_matrix",
+    "rows_frame",
+    "trainable_tokens",
+]
 
 # Agent Lightning stores each row's reward (token_level_scores) in bf16, so the advantages are computed in bf16.
 SCORE_DTYPE = torch.bfloat16
@@ -64,6 +72,15 @@ def require_matrix(
     if finite:
         require_finite_rows(value.sum(dim=-1), key)
     return value
+
+
+def trainable_tokens(response_mask: torch.Tensor) -> torch.Tensor:
+    """Each row's trainable tokens, (rows,) float64, exact for every mask dtype (int, bool, float32, bf16).
+
+    A bf16 mask summed in its own dtype rounds past 256 tokens (257 becomes 256); float64 counts exactly to 2**53.
+    The mask is read, never written.
+    """
+    return response_mask.detach().to(torch.float64).sum(dim=-1)  # (rows,)
 
 
 def require_finite_rows(row_sums: torch.Tensor, key: str) -> None:
@@ -178,7 +195,7 @@ def rows_frame(batch: DataProto) -> pd.DataFrame:
     rollout_ids = non_tensor_ids(batch, "rollout_id_list")
     rollouts = group_rows(rollout_ids, field="rollout_id_list")
     mask = require_matrix(batch, "response_mask")  # (rows, R)
-    tokens = mask.sum(dim=-1)  # (rows,)
+    tokens = trainable_tokens(mask)  # (rows,)
     frame = pd.DataFrame({"row": np.arange(n), "rollout_id": rollout_ids})
     key = group_key(batch)
     if key is not None:
@@ -186,14 +203,14 @@ def rows_frame(batch: DataProto) -> pd.DataFrame:
     if "turn_index_list" in batch.non_tensor_batch:
         frame["turn"] = batch.non_tensor_batch["turn_index_list"]
     frame["rows_in_rollout"] = rollouts.sizes[rollouts.codes]
-    frame["trainable_tokens"] = tokens.numpy()
+    frame["trainable_tokens"] = tokens.numpy().astype(np.int64)
     for key in ("token_level_scores", "token_level_rewards"):
         if key in batch.batch.keys():
             frame["reward"] = batch.batch[key].sum(dim=-1).float().numpy()
             break
     if "advantages" in batch.batch.keys():
-        advantages = require_matrix(batch, "advantages", like=mask).detach().float()  # (rows, R)
-        mass = (advantages * mask).sum(dim=-1)  # (rows,)
+        advantages = require_matrix(batch, "advantages", like=mask).detach().double()  # (rows, R)
+        mass = (advantages * mask.double()).sum(dim=-1)  # (rows,)
         frame["advantage"] = (mass / tokens.clamp_min(1)).numpy()
         frame["advantage_mass"] = mass.numpy()
         frame["rollout_mass"] = frame.groupby("rollout_id", sort=False)["advantage_mass"].transform("sum")

@@ -20,6 +20,7 @@ from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_response_mask
 
 from agl_lab.core.groups import as_ids
+from agl_lab.core.rows import trainable_tokens
 
 __all__ = ["OUTCOME_ESTIMATORS", "CompactRows", "compact_rows"]
 
@@ -77,7 +78,7 @@ def compact_rows(rows: DataProto) -> CompactRows:
     return CompactRows(
         rollout_id=as_ids(rows.non_tensor_batch["rollout_id_list"], field="rollout_id_list"),
         data_id=None if data_id is None else as_ids(data_id, field="data_id_list"),
-        tokens=mask.sum(dim=-1).cpu().numpy().astype(np.int64),
+        tokens=trainable_tokens(mask).cpu().numpy().astype(np.int64),
         reward=scores.sum(dim=-1).double().cpu().numpy(),
         is_drop=drop.bool().cpu().numpy(),
         response_width=int(mask.shape[-1]),

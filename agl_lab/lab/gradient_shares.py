@@ -33,6 +33,7 @@ from verl.utils.config import omega_conf_to_dataclass
 
 from agl_lab.config.modes import mode_settings, trainable_modes
 from agl_lab.core.pipeline import compute_advantages
+from agl_lab.core.rows import trainable_tokens
 from agl_lab.lab.weighting import analyze_weighting
 
 __all__ = ["agreement", "gradient_shares", "row_gradients"]
@@ -127,7 +128,7 @@ def _step_gradient(
     for micro in np.unique(layout.micro_batch):
         rows = torch.from_numpy(np.flatnonzero(layout.micro_batch == micro))
         mini = torch.from_numpy(layout.mini_batch == layout.mini_batch[rows[0]])
-        actor.global_batch_info.update(dp_size=dp_size, batch_num_tokens=int(mask[mini].sum()),
+        actor.global_batch_info.update(dp_size=dp_size, batch_num_tokens=int(trainable_tokens(mask[mini]).sum()),
                                        global_batch_size=layout.mini_batch_rows,
                                        loss_scale_factor=actor.loss_scale_factor)  # fmt: skip
         loss, _ = loss_fn(old[rows], log_prob[rows], advantages[rows], mask[rows], actor.loss_agg_mode, actor)

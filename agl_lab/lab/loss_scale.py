@@ -18,6 +18,7 @@ from agl_lab.config.modes import LOSS_MODES, weighing_mode
 from agl_lab.core import weights
 from agl_lab.core.groups import group_rows, non_tensor_ids
 from agl_lab.core.pipeline import mini_batch_rows
+from agl_lab.core.rows import trainable_tokens
 from agl_lab.core.weights import TokenLayout
 
 __all__ = ["layout_settings", "loss_scale", "token_layout"]
@@ -55,7 +56,7 @@ def token_layout(
     (else from ``rollout_id_list`` and ``uid``/``data_id_list``).
     """
     mask = batch.batch["response_mask"]  # (kept, R)
-    tokens = mask.sum(dim=-1).cpu().numpy().astype(np.float64)  # (kept,)
+    tokens = trainable_tokens(mask).cpu().numpy()  # (kept,)
     if rollout is None:
         rollout = group_rows(non_tensor_ids(batch, "rollout_id_list"), field="rollout_id_list").codes
     if group is None:

@@ -33,6 +33,7 @@ from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_c
 from verl.workers.config import ActorConfig
 from verl.workers.config.optimizer import build_optimizer
 
+from agl_lab.core.rows import trainable_tokens
 from agl_lab.training.policy import Policy, score
 
 __all__ = ["LabActor", "build_optimizer_and_scheduler", "compute_log_probs", "update_actor"]
@@ -193,7 +194,7 @@ def _mini_batch(
     # What verl's engine puts in global_batch_info: the loss of each micro-batch is scaled to the whole mini-batch.
     actor.global_batch_info.update(
         dp_size=1,
-        batch_num_tokens=int(mask.sum()),
+        batch_num_tokens=int(trainable_tokens(mask).sum()),
         global_batch_size=len(mini),
         loss_scale_factor=actor.loss_scale_factor,
     )
