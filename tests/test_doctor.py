@@ -271,3 +271,21 @@ def test_a_value_equal_to_its_default_in_another_type_is_still_checked():
     errors = diagnose(OmegaConf.create(OmegaConf.to_yaml(cfg)))
     assert [e.key for e in errors] == ["actor_rollout_ref.rollout.top_p"]
     assert "must be a number, got True" in errors[0].message
+
+
+@pytest.mark.parametrize(
+    "term", ["actor_rollout_ref.actor.entropy_coeff=0.01", "actor_rollout_ref.actor.use_kl_loss=true"]
+)
+@pytest.mark.parametrize("mode", ["session_equal", "partition_preserving"])
+def test_verls_actor_beside_row_weights_and_an_entropy_or_kl_term_is_refused(mode, term):
+    # verl PR #7580 (revision 2) weighs every loss term; verl's engine weighs only the advantages
+    dotlist = [
+        "lab.actor=verl",
+        f"actor_rollout_ref.actor.policy_loss.loss_mode={mode}",
+        term,
+        "algorithm.adv_estimator=grpo",
+    ]
+    errors = [f for f in diagnose(compose_config(dotlist=dotlist)) if f.level == "error"]
+    assert [f.key for f in errors] == ["lab.actor"]
+    assert "applies it to the advantages only" in errors[0].message and "lab.actor=lab" in errors[0].fix
+    assert not [f for f in diagnose(compose_config(dotlist=[*dotlist[:2], dotlist[3]])) if f.key == "lab.actor"]

@@ -1,5 +1,6 @@
 """The loss-mode catalogue: every entry complete, its settings select it in a composed config and back."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,7 @@ from agl_lab import LOSS_MODES, compose_config
 from agl_lab.config.modes import (
     DEPENDENCIES,
     SPLITS,
+    known_as,
     mode_from_config,
     mode_settings,
     mode_table,
@@ -42,8 +44,27 @@ def test_a_loss_the_catalogue_lacks_is_none():
 
 
 def test_unknown_mode_names_the_nearest():
-    with pytest.raises(ValueError, match=r"unknown loss mode 'token_mean' \(did you mean 'token-mean'\?\)"):
-        mode_settings("token_mean")
+    with pytest.raises(ValueError, match=r"unknown loss mode 'token-men' \(did you mean 'token-mean'\?\)"):
+        mode_settings("token-men")
+
+
+@pytest.mark.parametrize(
+    ("theirs", "ours", "where"),
+    [
+        ("prompt_mean", "skyrl:prompt_mean", "SkyRL algorithm.loss_reduction=prompt_mean"),
+        ("sample_mean", "seq-mean-token-mean", "slime --loss-aggregation sample_mean"),
+        ("constant", "seq-mean-token-sum-norm", "slime --loss-aggregation constant"),
+        ("seq_mean", "seq-mean-token-mean", "AReaL actor.loss_aggregation=seq_mean"),
+        ("token_mean", "token-mean", "slime --loss-aggregation token_mean"),
+        ("dr_grpo", "trl:dr_grpo", "TRL GRPOConfig loss_type=dr_grpo"),
+    ],
+)
+def test_other_frameworks_option_names_lead_to_the_same_objective(theirs, ours, where):
+    assert known_as(theirs) == (ours, where)
+    message = f"unknown loss mode '{theirs}' (did you mean '{ours}'? the same objective as {where})"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        mode_settings(theirs)
+    assert where in mode_table()  # the README's catalogue lists them
 
 
 def test_modes_agent_lightning_cannot_train_have_no_settings():

@@ -1,5 +1,6 @@
-"""verl PR #7580's per-row loss weights: hand-worked weights, the errors that name the field, and the trainer's
-weighted advantages through the registered loss equal to the catalogue's closed forms (autograd)."""
+"""verl PR #7580's per-row loss weights, revision of 2026-09-19: hand-worked weights rescaled to mean 1 over the step's
+rows, the errors that name the field, the trainer's weighted advantages through the registered loss equal to the
+catalogue's closed forms (autograd), the loss scale by hand, and the weight on the entropy and KL terms too."""
 
 import numpy as np
 import pytest
@@ -32,10 +33,16 @@ def mask(tokens, width=5):
 
 def test_hand_worked_loss_weights():
     m = mask(TOKENS)
-    # session_equal: 1/N with N = 2, 1, 2, 3, 3, 3 rows in the row's rollout
-    expected = [1 / 2, 1, 1 / 2, 1 / 3, 1 / 3, 1 / 3]
-    torch.testing.assert_close(row_loss_weights(m, ROLLOUT, mode="session_equal"), torch.tensor(expected).double())
-    # partition_preserving: T_j / mean(T): a's mean is 3 -> 2/3, 4/3; b 3/3; c's mean is 2 -> 1/2, 1/2, 2
+    # session_equal: raw 1/N with N = 2, 1, 2, 3, 3, 3 rows in the row's rollout: 1/2, 1, 1/2, 1/3, 1/3, 1/3, which
+    # add up to 3 (one per rollout) over 6 rows, mean 1/2; rescaled to mean 1 (x 6/3 = x 2): 1, 2, 1, 2/3, 2/3, 2/3
+    expected = [1.0, 2.0, 1.0, 2 / 3, 2 / 3, 2 / 3]
+    got = row_loss_weights(m, ROLLOUT, mode="session_equal")
+    torch.testing.assert_close(got, torch.tensor(expected).double())
+    assert float(got.mean()) == pytest.approx(1.0)
+    # every rollout still weighs the same: a 1 + 1, b 2, c 3 x 2/3
+    np.testing.assert_allclose(np.bincount([0, 1, 0, 2, 2, 2], weights=got.numpy()), [2, 2, 2])
+    # partition_preserving: T_j / mean(T): a's mean is 3 -> 2/3, 4/3; b 3/3; c's mean is 2 -> 1/2, 1/2, 2; these add
+    # up to 6 over 6 rows already (mean 1): the rescale leaves them
     expected = [2 / 3, 1.0, 4 / 3, 1 / 2, 1 / 2, 2.0]
     got = row_loss_weights(m, ROLLOUT, mode="partition_preserving")
     torch.testing.assert_close(got, torch.tensor(expected).double())
@@ -44,8 +51,34 @@ def test_hand_worked_loss_weights():
 
 
 def test_an_empty_rollout_weighs_nothing_under_partition_preserving():
+    # raw 0 and 1, mean 1/2: rescaled 0 and 2, so the batch keeps the unweighted loss scale
     got = row_loss_weights(mask([0, 2]), ["a", "b"], mode="partition_preserving")
-    torch.testing.assert_close(got, torch.tensor([0.0, 1.0]).double())
+    torch.testing.assert_close(got, torch.tensor([0.0, 2.0]).double())
+    assert row_loss_weights(mask([0, 0]), ["a", "b"], mode="partition_preserving").tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("mode", ROW_WEIGHTED_LOSS_MODES)
+def test_the_loss_keeps_the_unweighted_scale_whatever_the_rows_per_rollout(mode):
+    # revision 2's reason: raw 1/N scaled the loss by rollouts/rows (here 3/6); rescaled, the step's total weight is
+    # seq-mean-token-mean's, rows / G = 6 / 2 = 3 (three mini-batches of G = 2 rows, each adding 1)
+    codes = np.unique(ROLLOUT, return_inverse=True)[1]
+    lay = token_layout(TOKENS, codes, mini_batch_rows=2, horizon=5)
+    total = float((LOSS_MODES[mode].weight(lay) * lay.row_tokens).sum())
+    unweighted = float((LOSS_MODES["seq-mean-token-mean"].weight(lay) * lay.row_tokens).sum())
+    assert total == pytest.approx(unweighted) == pytest.approx(3.0)
+
+
+def test_the_weights_do_not_depend_on_how_rows_are_packed():
+    # once over the global batch, not per micro-batch: any micro-batch size gives the same per-row weight
+    codes = np.unique(ROLLOUT, return_inverse=True)[1]
+    weights = [
+        LOSS_MODES["session_equal"].weight(
+            token_layout(TOKENS, codes, mini_batch_rows=6, horizon=5, micro_batch_rows=m)
+        )
+        for m in (1, 2, 3, 6)
+    ]
+    for other in weights[1:]:
+        np.testing.assert_allclose(other, weights[0])
 
 
 def test_errors_name_the_field():

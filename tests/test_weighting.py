@@ -91,8 +91,9 @@ SEED_WEIGHTS = {
     "skyrl:prompt_mean": ({"A": 1 / 2, "B": 1 / 2}, 1.0),
     # rollout_mean, R = 2: A's rows (k = 2) of 2 and 1 tokens: 2·1/(2·2·2) + 1·1/(2·2·1) = 1/4 + 1/4; B: 3·1/(2·1·3)
     "rollout_mean": ({"A": 1 / 2, "B": 1 / 2}, 1.0),
-    # session_equal (verl PR #7580): each row's token mean × 1/N, over G = 3 rows: A's two rows (1/2)/3 each, B 1/3
-    "session_equal": ({"A": 1 / 3, "B": 1 / 3}, 2 / 3),
+    # session_equal (verl PR #7580, revision 2): each row's token mean × 1/N rescaled to mean 1 over the 3 rows (raw
+    # 1/2, 1/2, 1 average 2/3: × 3/2), over G = 3 rows: A's two rows (3/4)/3 each, B (3/2)/3; total 3 rows / G = 1
+    "session_equal": ({"A": 1 / 2, "B": 1 / 2}, 1.0),
     # partition_preserving: row weight T_j / mean T over the rollout's rows, ÷ G: A (2 and 1 tokens, mean 3/2)
     # (4/3 + 2/3)/3 = 2/3, B (3/3)/3 = 1/3: a split rollout still weighs N times
     "partition_preserving": ({"A": 2 / 3, "B": 1 / 3}, 1.0),

@@ -96,10 +96,11 @@ def test_hand_worked_weights_of_every_new_mode():
 def test_hand_worked_weights_of_verl_pr_7580s_proposals():
     lay = eight_rows(dp=1, micro=2)  # G = 4; rollouts a (rows 0, 2: T = 3), b (1: 3), c (3, 4: 6), d (5-7: 4)
     n = np.array(TOKENS, dtype=float)
-    # session_equal: 1/(k·n·G), k = 2, 1, 2, 3: each rollout's mass 1/G = 1/4 (here R = G, so rollout_mean's too)
-    expected = [1 / 8, 1 / 12, 1 / 16, 1 / 16, 1 / 32, 1 / 12, 1 / 12, 1 / 24]
+    # session_equal: loss_weight 1/k rescaled to mean 1 over the N = 8 rows of R = 4 rollouts (x N/R = x 2), on
+    # seq-mean-token-mean's 1/(n·G): w = 2/(k·n·G), k = 2, 1, 2, 3; each rollout's mass N/(R·G) = 2/4
+    expected = [1 / 4, 1 / 6, 1 / 8, 1 / 8, 1 / 16, 1 / 6, 1 / 6, 1 / 12]
     np.testing.assert_allclose(weights.session_equal(lay), expected, rtol=1e-7)
-    np.testing.assert_allclose(np.bincount(ROLLOUT, weights=weights.session_equal(lay) * n), [1 / 4] * 4, rtol=1e-7)
+    np.testing.assert_allclose(np.bincount(ROLLOUT, weights=weights.session_equal(lay) * n), [1 / 2] * 4, rtol=1e-7)
     # partition_preserving: k/(T·G): a 2/12, b 1/12, c 2/24, d 3/16: each rollout's mass k/G, as unweighted rows
     expected = [1 / 6, 1 / 12, 1 / 6, 1 / 12, 1 / 12, 3 / 16, 3 / 16, 3 / 16]
     np.testing.assert_allclose(weights.partition_preserving(lay), expected, rtol=1e-7)

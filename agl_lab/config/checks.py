@@ -20,10 +20,11 @@ from omegaconf import DictConfig
 from agl_lab.config.compose import shared_base
 from agl_lab.config.constraints import constraint_problems
 from agl_lab.config.key_types import default_value
-from agl_lab.config.settings import ESTIMATOR, MINI_BATCH, ROLLOUT_LEVEL
+from agl_lab.config.settings import ESTIMATOR, LOSS_MODE, MINI_BATCH, ROLLOUT_LEVEL
 from agl_lab.config.tree import leaves
+from agl_lab.core.row_weights import ROW_WEIGHTED_LOSS_MODES
 
-__all__ = ["Finding", "lab_estimator_problem", "value_findings"]
+__all__ = ["Finding", "lab_estimator_problem", "value_findings", "verl_actor_problem"]
 
 Getter = Callable[[str], Any]
 
@@ -72,6 +73,25 @@ def lab_estimator_problem(cfg: DictConfig) -> str | None:
     return (
         f"{ESTIMATOR}={estimator} needs {_LAB_CANNOT_RUN[estimator]}: agl_lab's short runs and example batch cannot "
         f"compute it (Agent Lightning's real trainer can); use grpo, rloo or reinforce_plus_plus here"
+    )
+
+
+def verl_actor_problem(get: Getter) -> Finding | None:
+    """Why ``lab.actor=verl`` cannot train what the config asks, or None: verl PR #7580's row weights belong on the
+    entropy and KL terms too (revision 2), which verl's own actor engine aggregates unweighted. The doctor reports it;
+    :class:`agl_lab.training.verl_actor.VerlActor` refuses with the same line."""
+    if get("lab.actor") != "verl" or get(LOSS_MODE) not in ROW_WEIGHTED_LOSS_MODES:
+        return None
+    terms = [f"{_ACTOR}.entropy_coeff={get(f'{_ACTOR}.entropy_coeff')}"] if get(f"{_ACTOR}.entropy_coeff") else []
+    terms += [f"{_ACTOR}.use_kl_loss=true"] if get(f"{_ACTOR}.use_kl_loss") else []
+    if not terms:
+        return None
+    return Finding(
+        "error",
+        "lab.actor",
+        f"{get(LOSS_MODE)} weighs every loss term by the row's loss_weight, but verl's actor engine applies it to the "
+        f"advantages only and aggregates {' and '.join(terms)} unweighted",
+        "set lab.actor=lab (the lab's actor weighs every term), or turn the entropy and KL terms off",
     )
 
 

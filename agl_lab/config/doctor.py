@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from verl.trainer.ppo import core_algos
 
-from agl_lab.config.checks import Finding, value_findings
+from agl_lab.config.checks import Finding, value_findings, verl_actor_problem
 from agl_lab.config.compose import ConfigError, key_problem, shared_base, type_problem
 from agl_lab.config.lab_config import LabConfig, lab_field_rule
 from agl_lab.config.modes import LOSS_MODES
@@ -87,6 +87,7 @@ def diagnose(cfg: DictConfig, *, trainer: str = "lab", composed: bool = False) -
     findings += value_findings(cfg, get)
     findings += _pair(get)
     findings += _algorithm(get)
+    findings += [problem] if (problem := verl_actor_problem(get)) else []
     findings += [Finding("error", key, message, fix) for key, message, fix in verl_problems(cfg)]
     findings += [Finding("note", key, message, fix) for key, message, fix in verl_notes(cfg)]
     if trainer == "lab":

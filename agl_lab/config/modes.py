@@ -14,6 +14,7 @@ and the tests hold them equal. Notebook: ``notebooks/01_per_rollout_weighting.ip
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,8 +34,10 @@ __all__ = [
     "LossMode",
     "mode_from_config",
     "mode_settings",
+    "known_as",
     "mode_table",
     "trainable_modes",
+    "unknown_mode_hint",
     "weighing_mode",
 ]
 
@@ -97,6 +100,7 @@ class LossMode:
     split: str = "by tokens"  # one of SPLITS
     depends_on: tuple[str, ...] = ()  # of DEPENDENCIES
     settings: Mapping[str, Any] = field(default_factory=dict)  # dotted config keys → values; empty: not trainable
+    known_as: tuple[str, ...] = ()  # the same objective's option names in other frameworks, so their users find it
 
     @property
     def verl_feature(self) -> VerlFeature | None:
@@ -114,29 +118,34 @@ class LossMode:
         return bool(self.settings) and self.verl_problem is None
 
 
-def _verl(name: str, formula: str, scale: str, weight, source: str, **kw) -> LossMode:
+def _verl(name: str, **kw: Any) -> LossMode:
+    """A verl ``loss_agg_mode`` with verl's ``vanilla`` PPO loss."""
     settings = {_LOSS_MODE_KEY: "vanilla", _AGG_KEY: name}
-    return LossMode(name, f"verl {name}", "verl loss_agg_mode", formula, scale, source, weight, settings=settings, **kw)
+    return LossMode(name=name, label=f"verl {name}", family="verl loss_agg_mode", settings=settings, **kw)
 
 
-def _verl_loss(name: str, label: str, formula: str, scale: str, weight, line: int, **kw) -> LossMode:
+def _verl_loss(name: str, *, line: int, **kw: Any) -> LossMode:
+    """A registered verl policy loss that aggregates its own way (its source: the line in verl's core_algos)."""
     settings = {_LOSS_MODE_KEY: name}
-    source = f"{_VERL_CODE}#L{line}"
-    return LossMode(name, label, "verl policy loss", formula, scale, source, weight, settings=settings, **kw)
+    return LossMode(name=name, family="verl policy loss", source=f"{_VERL_CODE}#L{line}", settings=settings, **kw)
 
 
-def _per_rollout(
-    divisor: str, label: str, formula: str, scale: str, weight, *, loss_mode=PER_ROLLOUT_MEAN_LOSS_MODE, source=_AGL
-) -> LossMode:
-    settings = {_LOSS_MODE_KEY: loss_mode, _DIVISOR_KEY: divisor}
-    name = f"{loss_mode}:{divisor}"
+def _per_rollout(divisor: str, *, loss_mode: str = PER_ROLLOUT_MEAN_LOSS_MODE, **kw: Any) -> LossMode:
+    """Agent Lightning's per-rollout normalization with ``lab.per_rollout_divisor=divisor``."""
+    kw.setdefault("source", _AGL)
     return LossMode(
-        name, label, "Agent Lightning", formula, scale, source, weight, "equal", ("batch composition",), settings
+        name=f"{loss_mode}:{divisor}",
+        family="Agent Lightning",
+        split="equal",
+        depends_on=(_COMPOSITION,),
+        settings={_LOSS_MODE_KEY: loss_mode, _DIVISOR_KEY: divisor},
+        **kw,
     )
 
 
-def _other(name: str, label: str, family: str, formula: str, scale: str, source: str, weight, **kw) -> LossMode:
-    return LossMode(name, label, family, formula, scale, source, weight, **kw)
+def _proposed(name: str, **kw: Any) -> LossMode:
+    """A verl PR #7580 weight (revision of 2026-09-19: rescaled to mean 1 over the step's rows, on every loss term)."""
+    return LossMode(name=name, family=_PROPOSED, source=_VERL_7580, settings={_LOSS_MODE_KEY: name}, **kw)
 
 
 _COMPOSITION, _MICRO, _DP = DEPENDENCIES
@@ -145,45 +154,62 @@ _COMPOSITION, _MICRO, _DP = DEPENDENCIES
 LOSS_MODES: dict[str, LossMode] = {
     m.name: m
     for m in (
-        _per_rollout("rows", "per_rollout_mean ÷ rows (Agent Lightning v1.0)", "w = 1 / (T · N)", "R / N",
-                     weights.per_rollout_mean_rows),
-        _per_rollout("rollouts", "per_rollout_mean ÷ rollouts (Eq. 16)", "w = 1 / (T · R)", "1",
-                     weights.per_rollout_mean_rollouts),
+        _per_rollout("rows", label="per_rollout_mean ÷ rows (Agent Lightning v1.0)", formula="w = 1 / (T · N)",
+                     scale="R / N", weight=weights.per_rollout_mean_rows),
+        _per_rollout("rollouts", label="per_rollout_mean ÷ rollouts (Eq. 16)", formula="w = 1 / (T · R)", scale="1",
+                     weight=weights.per_rollout_mean_rollouts),
         # CISPO's per-token gradient is −sg(clip(ratio))·Â·∇log π on the same normalized advantages: at ratio 1 (a
         # step's first update) it weighs as per_rollout_mean; off ratio 1 scaled by the clipped ratio, never zeroed.
-        _per_rollout("rows", "cispo_per_rollout_mean ÷ rows (Agent Lightning 1.0.2)", "w = 1 / (T · N) at ratio 1",
-                     "R / N", weights.per_rollout_mean_rows, loss_mode=CISPO_PER_ROLLOUT_MEAN_LOSS_MODE,
-                     source=_AGL_CISPO),
-        _verl("token-mean", "w = 1 / N_b", "mini-batches", weights.token_mean, _VERL_DAPO,
-              depends_on=(_COMPOSITION, _DP)),
-        _verl("seq-mean-token-sum", "w = 1 / G", "tokens / G", weights.seq_mean_token_sum, f"{_VERL_CODE}#L1140"),
-        _verl("seq-mean-token-mean", "w = 1 / (n · G)", "rows / G", weights.seq_mean_token_mean, _VERL_GRPO,
-              split="k times"),
-        _verl("seq-mean-token-sum-norm", "w = 1 / (G · H)", "tokens / (G · H)", weights.seq_mean_token_sum_norm,
-              _VERL_GRPO),
-        _verl("token-sum", "w = 1", "tokens", weights.token_sum, f"{_VERL_CODE}#L1140"),
-        _verl_loss("sapo", "verl sapo (forces seq-mean-token-mean)", "w = 1 / (n · G)", "rows / G", weights.sapo,
-                   1622, split="k times"),
-        _verl_loss("geo_mean", "verl geo_mean (mean over micro-batch rows)", "w = 1 / (n · B_μ · D)",
-                   "micro-batches / D", weights.geo_mean, 1928, split="k times", depends_on=(_MICRO, _DP)),
-        _other("trl:grpo", "TRL grpo", "TRL", "w = 1 / (n · G)", "rows / G", _TRL, weights.trl_grpo, split="k times"),
-        _other("trl:bnpo", "TRL bnpo", "TRL", "w = 1 / (N_μ · M_b)", "mini-batches", _TRL, weights.trl_bnpo,
-               split="by micro-batch tokens", depends_on=(_COMPOSITION, _MICRO)),
-        _other("trl:dr_grpo", "TRL dr_grpo", "TRL", "w = 1 / (G · H)", "tokens / (G · H)", _TRL, weights.trl_dr_grpo),
-        _other("trl:dapo", "TRL dapo (TRL's default)", "TRL", "w = 1 / N_b", "mini-batches", _TRL, weights.trl_dapo,
-               depends_on=(_COMPOSITION, _DP)),
-        _other("skyrl:prompt_mean", "SkyRL prompt_mean", "SkyRL", "w = 1 / (P_b · T_p)", "mini-batches", _SKYRL,
-               weights.skyrl_prompt_mean, depends_on=(_COMPOSITION, _DP)),
+        _per_rollout("rows", loss_mode=CISPO_PER_ROLLOUT_MEAN_LOSS_MODE, source=_AGL_CISPO,
+                     label="cispo_per_rollout_mean ÷ rows (Agent Lightning 1.0.2)",
+                     formula="w = 1 / (T · N) at ratio 1", scale="R / N", weight=weights.per_rollout_mean_rows),
+        _verl("token-mean", formula="w = 1 / N_b", scale="mini-batches", weight=weights.token_mean, source=_VERL_DAPO,
+              depends_on=(_COMPOSITION, _DP),
+              known_as=("slime --loss-aggregation token_mean", "AReaL actor.loss_aggregation=token_mean",
+                        "SkyRL algorithm.loss_reduction=token_mean")),
+        _verl("seq-mean-token-sum", formula="w = 1 / G", scale="tokens / G", weight=weights.seq_mean_token_sum,
+              source=f"{_VERL_CODE}#L1140"),
+        _verl("seq-mean-token-mean", formula="w = 1 / (n · G)", scale="rows / G", weight=weights.seq_mean_token_mean,
+              source=_VERL_GRPO, split="k times",
+              known_as=("slime --loss-aggregation sample_mean",
+                        "slime's and Miles' per-rollout (per-sample) denominators, rollout_mask_sums",
+                        "AReaL actor.loss_aggregation=seq_mean", "SkyRL algorithm.loss_reduction=sequence_mean")),
+        _verl("seq-mean-token-sum-norm", formula="w = 1 / (G · H)", scale="tokens / (G · H)",
+              weight=weights.seq_mean_token_sum_norm, source=_VERL_GRPO,
+              known_as=("slime --loss-aggregation constant", "AReaL actor.loss_aggregation=constant",
+                        "SkyRL algorithm.loss_reduction=seq_mean_token_sum_norm")),
+        _verl("token-sum", formula="w = 1", scale="tokens", weight=weights.token_sum, source=f"{_VERL_CODE}#L1140"),
+        _verl_loss("sapo", line=1622, label="verl sapo (forces seq-mean-token-mean)", formula="w = 1 / (n · G)",
+                   scale="rows / G", weight=weights.sapo, split="k times"),
+        _verl_loss("geo_mean", line=1928, label="verl geo_mean (mean over micro-batch rows)",
+                   formula="w = 1 / (n · B_μ · D)", scale="micro-batches / D", weight=weights.geo_mean, split="k times",
+                   depends_on=(_MICRO, _DP)),
+        LossMode(name="trl:grpo", label="TRL grpo", family="TRL", formula="w = 1 / (n · G)", scale="rows / G",
+                 source=_TRL, weight=weights.trl_grpo, split="k times", known_as=("TRL GRPOConfig loss_type=grpo",)),
+        LossMode(name="trl:bnpo", label="TRL bnpo", family="TRL", formula="w = 1 / (N_μ · M_b)", scale="mini-batches",
+                 source=_TRL, weight=weights.trl_bnpo, split="by micro-batch tokens", depends_on=(_COMPOSITION, _MICRO),
+                 known_as=("TRL GRPOConfig loss_type=bnpo",)),
+        LossMode(name="trl:dr_grpo", label="TRL dr_grpo", family="TRL", formula="w = 1 / (G · H)",
+                 scale="tokens / (G · H)", source=_TRL, weight=weights.trl_dr_grpo,
+                 known_as=("TRL GRPOConfig loss_type=dr_grpo",)),
+        LossMode(name="trl:dapo", label="TRL dapo (TRL's default)", family="TRL", formula="w = 1 / N_b",
+                 scale="mini-batches", source=_TRL, weight=weights.trl_dapo, depends_on=(_COMPOSITION, _DP),
+                 known_as=("TRL GRPOConfig loss_type=dapo",)),
+        LossMode(name="skyrl:prompt_mean", label="SkyRL prompt_mean", family="SkyRL", formula="w = 1 / (P_b · T_p)",
+                 scale="mini-batches", source=_SKYRL, weight=weights.skyrl_prompt_mean, depends_on=(_COMPOSITION, _DP),
+                 known_as=("SkyRL algorithm.loss_reduction=prompt_mean", "AReaL actor.loss_aggregation=prompt_mean",
+                           "slime --loss-aggregation prompt_mean")),
         # uni-agent #185 (open) asks for L = mean over sessions of the mean over their rows: this mode
-        _other("rollout_mean", "rollout_mean (mean over rollouts of row means; uni-agent #185's session mean)",
-               "agl_lab", "w = 1 / (R · k · n)", "1", _UNI_AGENT_185, weights.rollout_mean, split="equal",
-               depends_on=(_COMPOSITION,)),
-        LossMode("session_equal", "session_equal: loss_weight 1/k (verl #7580, proposed)", _PROPOSED,
-                 "w = 1 / (k · n · G)", "R / G", _VERL_7580, weights.session_equal, "equal",
-                 settings={_LOSS_MODE_KEY: "session_equal"}),
-        LossMode("partition_preserving", "partition_preserving: loss_weight n / mean n (verl #7580, proposed)",
-                 _PROPOSED, "w = k / (T · G)", "rows / G", _VERL_7580, weights.partition_preserving, "k times",
-                 settings={_LOSS_MODE_KEY: "partition_preserving"}),
+        LossMode(name="rollout_mean", label="rollout_mean (mean over rollouts of row means; uni-agent #185's session "
+                 "mean)", family="agl_lab", formula="w = 1 / (R · k · n)", scale="1", source=_UNI_AGENT_185,
+                 weight=weights.rollout_mean, split="equal", depends_on=(_COMPOSITION,),
+                 known_as=("uni-agent session-balanced loss (#185)",)),
+        _proposed("session_equal", label="session_equal: loss_weight 1/k, mean 1 (verl #7580, proposed)",
+                  formula="w = N / (R · k · n · G)", scale="rows / G", weight=weights.session_equal, split="equal",
+                  depends_on=(_COMPOSITION,), known_as=("verl PR #7580 loss_weight = 1/N",)),
+        _proposed("partition_preserving", label="partition_preserving: loss_weight n / mean n (verl #7580, proposed)",
+                  formula="w = k / (T · G)", scale="rows / G", weight=weights.partition_preserving, split="k times",
+                  known_as=("verl PR #7580 loss_weight = T_j / mean(T)",)),
     )
 }
 # fmt: on
@@ -237,21 +263,42 @@ def mode_table() -> str:
     """The catalogue as a Markdown table (the README's mode table is this, pinned by a test)."""
     lines = [
         "| mode | what it is | per-token weight | batch loss scale | a rollout split into k rows | also depends on "
-        "| trainable with |",
-        "|---|---|---|---|---|---|---|",
+        "| trainable with | the same objective elsewhere |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, m in LOSS_MODES.items():
         keys = " ".join(f"`{k.rsplit('.', 1)[-1]}={v}`" for k, v in m.settings.items()) or "—"
         keys += f" (verl ≥ {m.verl_feature.since})" if m.verl_feature else ""
         depends = ", ".join(m.depends_on) or "—"
         label = f"[{m.label}]({m.source})"
-        lines.append(f"| `{name}` | {label} | `{m.formula}` | {m.scale} | {m.split} | {depends} | {keys} |")
+        elsewhere = "; ".join(f"`{alias}`" if "=" in alias or "--" in alias else alias for alias in m.known_as) or "—"
+        lines.append(
+            f"| `{name}` | {label} | `{m.formula}` | {m.scale} | {m.split} | {depends} | {keys} | {elsewhere} |"
+        )
     return "\n".join(lines)
+
+
+def known_as(name: str) -> tuple[str, str] | None:
+    """``(catalogue mode, the other framework's option)`` for an option name another framework uses for the same
+    objective (``prompt_mean``, ``sample_mean``, ``dr_grpo``), or None: what "unknown loss mode" messages suggest."""
+    wanted = re.escape(str(name).lower())
+    for mode, entry in LOSS_MODES.items():
+        for alias in entry.known_as:
+            if re.search(rf"(^|[\s=]){wanted}($|[\s,)])", alias.lower()):
+                return mode, alias
+    return None
+
+
+def unknown_mode_hint(name: str) -> str:
+    """`` (did you mean 'x'?)`` for a near catalogue name or another framework's name of the same objective; or ''."""
+    alias = known_as(name)
+    if alias is not None:
+        return f" (did you mean {alias[0]!r}? the same objective as {alias[1]})"
+    near = difflib.get_close_matches(str(name), list(LOSS_MODES), n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
 
 
 def _entry(mode: str) -> LossMode:
     if mode not in LOSS_MODES:
-        near = difflib.get_close_matches(str(mode), list(LOSS_MODES), n=1)
-        hint = f" (did you mean {near[0]!r}?)" if near else ""
-        raise ValueError(f"unknown loss mode {mode!r}{hint}: choose from {list(LOSS_MODES)}")
+        raise ValueError(f"unknown loss mode {mode!r}{unknown_mode_hint(mode)}: choose from {list(LOSS_MODES)}")
     return LOSS_MODES[mode]

@@ -6,8 +6,9 @@
 3. ``token_level_rewards`` = scores (or scores − β·KL with ``algorithm.use_kl_in_reward``)
 4. advantage: rollout-level (``algorithm.enable_rollout_level_advantage``) or verl's ``compute_advantage``
 5. ``per_rollout_mean`` / ``cispo_per_rollout_mean``: advantages divided by rollout tokens × rows (or × rollouts,
-   ``lab.per_rollout_divisor``); verl PR #7580's ``session_equal`` / ``partition_preserving`` (proposed): advantages
-   multiplied by each row's ``loss_weight`` (:mod:`agl_lab.core.row_weights`)
+   ``lab.per_rollout_divisor``); verl PR #7580's ``session_equal`` / ``partition_preserving`` (proposed): each row's
+   ``loss_weight`` (mean 1 over the step's rows) multiplies its advantages and is kept as ``batch["loss_weight"]`` for
+   the actor's entropy and KL terms (:mod:`agl_lab.core.row_weights`)
 
 :func:`select_rows` is steps 1–2, :func:`compute_advantages` steps 3–5 (:func:`normalize_for_loss` step 5 alone)
 and :func:`prepare_batch` both;
@@ -33,7 +34,7 @@ from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_
 from agl_lab.core.advantage import compute_rollout_level_advantage
 from agl_lab.core.groups import as_arrays, group_rows
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, normalize_advantages_by_rollout
-from agl_lab.core.row_weights import ROW_WEIGHTED_LOSS_MODES, weight_advantages
+from agl_lab.core.row_weights import LOSS_WEIGHT, ROW_WEIGHTED_LOSS_MODES, weighted_advantages
 from agl_lab.core.rows import require_finite_rows, require_matrix
 from agl_lab.core.update_cap import EmptyBatchWarning, marked_rows_kept, plan_update_cap
 
@@ -186,7 +187,7 @@ def normalize_for_loss(batch: DataProto, cfg: DictConfig) -> DataProto:
             divisor=cfg.lab.per_rollout_divisor,
         )
     elif loss_mode in ROW_WEIGHTED_LOSS_MODES:
-        batch.batch["advantages"] = weight_advantages(
+        batch.batch["advantages"], batch.batch[LOSS_WEIGHT] = weighted_advantages(
             batch.batch["advantages"], batch.batch["response_mask"], rollout_ids, mode=loss_mode
         )
     return batch

@@ -21,8 +21,9 @@ in mini-batch b, which holds ``P_b`` groups; ``H`` = ``actor.loss_scale_factor``
     SkyRL loss_reduction      prompt_mean 1/(P_b·T_p)
     agl_lab                   rollout_mean 1/(R·k·n): mean over rollouts of the mean over their rows (uni-agent
                               #185's session mean)
-    verl PR #7580 (proposed)  session_equal 1/(k·n·G) · partition_preserving k/(T·G): seq-mean-token-mean with
-                              each row's loss_weight 1/k or n/mean(n) (agl_lab.core.row_weights)
+    verl PR #7580 (proposed)  session_equal N/(R·k·n·G) · partition_preserving k/(T·G): seq-mean-token-mean with
+                              each row's loss_weight 1/k or n/mean(n), rescaled to mean 1 over the step's N rows
+                              (revision 2; agl_lab.core.row_weights)
 
 verl's closed forms are pinned in tests against autograd through ``agg_loss`` and the registered losses;
 ``per_rollout_mean``'s come from the trainer's own :func:`agl_lab.core.loss.normalize_advantages_by_rollout`.
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from agl_lab.core import row_weights
 from agl_lab.core.loss import normalize_advantages_by_rollout
 
 __all__ = [
@@ -254,22 +256,22 @@ def rollout_mean(layout: TokenLayout) -> np.ndarray:
     return 1.0 / (n_rollouts * np.maximum(rows[layout.rollout], 1.0) * np.maximum(layout.row_tokens, 1.0))
 
 
-# --- verl PR #7580 (open: proposed, not released): per-row loss_weight under seq-mean-token-mean ------------------
+# --- verl PR #7580 (open: proposed, not released; revision of 2026-09-19): loss_weight under seq-mean-token-mean ---
 
 
 def session_equal(layout: TokenLayout) -> np.ndarray:
-    # loss_weight 1/k on seq-mean-token-mean's 1/(n·G): each rollout's mass is 1/G however many rows it became
-    rows = np.bincount(layout.rollout)  # (rollouts,) k
-    return seq_mean_token_mean(layout) / np.maximum(rows[layout.rollout], 1)
+    # loss_weight 1/k rescaled to mean 1 over the step's rows (× N/R) on seq-mean-token-mean's 1/(n·G): each
+    # rollout's mass is N/(R·G) however many rows it became
+    return row_weights.loss_weights(layout.row_tokens, layout.rollout, mode="session_equal") * seq_mean_token_mean(
+        layout
+    )
 
 
 def partition_preserving(layout: TokenLayout) -> np.ndarray:
-    # loss_weight n / mean(n) = n·k/T on 1/(n·G): w = k/(T·G) (verl's 1e-8 kept), a rollout's mass k/G as unweighted
-    rows = np.bincount(layout.rollout)  # (rollouts,) k
-    tokens = np.bincount(layout.rollout, weights=layout.row_tokens)  # (rollouts,) T
-    mean_tokens = tokens[layout.rollout] / np.maximum(rows[layout.rollout], 1)  # (kept,) mean(n) of its rollout
-    loss_weight = np.divide(layout.row_tokens, mean_tokens, out=np.zeros(layout.n_rows), where=mean_tokens > 0)
-    return loss_weight * seq_mean_token_mean(layout)
+    # loss_weight n / mean(n) = n·k/T (mean 1 over the step's rows already, unless a rollout has no token) on
+    # 1/(n·G): w = k/(T·G) (verl's 1e-8 kept), a rollout's mass k/G as unweighted
+    weight = row_weights.loss_weights(layout.row_tokens, layout.rollout, mode="partition_preserving")
+    return weight * seq_mean_token_mean(layout)
 
 
 def _codes(first: np.ndarray, second: np.ndarray) -> np.ndarray:

@@ -8,7 +8,8 @@ an engine per model. So this is a small loop of verl's own parts, in the order v
 * the policy loss is ``get_policy_loss_fn(policy_loss.loss_mode)`` from verl's registry (``per_rollout_mean``
   is registered there by ``import agl_lab``), called with ``config.global_batch_info`` set per mini-batch to
   the mini-batch's rows and tokens, so summing the micro-batch losses gives the mini-batch loss;
-* entropy and KL terms use verl's ``entropy_from_logits``, ``kl_penalty`` and ``agg_loss``;
+* entropy and KL terms use verl's ``entropy_from_logits``, ``kl_penalty`` and ``agg_loss``; a row's
+  ``loss_weight`` (verl PR #7580's modes, :mod:`agl_lab.core.row_weights`) multiplies its entropy and KL too;
 * the optimizer and LR schedule are verl's ``build_optimizer`` and warmup schedules; gradients are clipped at
   ``optim.clip_grad`` and a step with a non-finite gradient norm is skipped, as verl does.
 
@@ -33,6 +34,7 @@ from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_c
 from verl.workers.config import ActorConfig
 from verl.workers.config.optimizer import build_optimizer
 
+from agl_lab.core.row_weights import LOSS_WEIGHT, weighted_terms
 from agl_lab.core.rows import trainable_tokens
 from agl_lab.training.policy import Policy, score
 
@@ -108,7 +110,7 @@ def update_actor(
         raise ValueError(f"the actor update needs whole mini-batches of {mini_batch_rows} rows, got {n} rows")
     fields = [*_SCORE_FIELDS, "response_mask", "old_log_probs", "advantages"]
     fields += ["ref_log_prob"] if actor.use_kl_loss else []
-    fields += ["rollout_is_weights"] if "rollout_is_weights" in batch.batch.keys() else []
+    fields += [key for key in ("rollout_is_weights", LOSS_WEIGHT) if key in batch.batch.keys()]
     data = batch.batch.select(*fields).to(policy.device)
     loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
     micro = int(actor.ppo_micro_batch_size_per_gpu or mini_batch_rows)
@@ -223,12 +225,15 @@ def _mini_batch(
         )
         policy_loss = pg_loss
         terms = {"actor/pg_loss": pg_loss.item()}
+        row_weight = part.get(LOSS_WEIGHT, None)  # (micro,): verl PR #7580's weight is on every term, not only the pg
         if with_entropy:
+            (entropy,) = weighted_terms(row_weight, entropy)  # (micro, R)
             entropy_loss = agg_loss(entropy, response_mask, actor.loss_agg_mode, **actor.global_batch_info)
             policy_loss = policy_loss - actor.entropy_coeff * entropy_loss
             terms["actor/entropy_loss"] = entropy_loss.item()
         if actor.use_kl_loss:
             kld = kl_penalty(logprob=log_prob, ref_logprob=part["ref_log_prob"], kl_penalty=actor.kl_loss_type)
+            (kld,) = weighted_terms(row_weight, kld)  # (micro, R)
             kl_loss = agg_loss(kld, response_mask, actor.loss_agg_mode, **actor.global_batch_info)
             policy_loss = policy_loss + actor.kl_loss_coef * kl_loss
             terms["actor/kl_loss"] = kl_loss.item()

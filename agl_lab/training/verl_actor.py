@@ -53,6 +53,7 @@ from verl import DataProto
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
+from agl_lab.config.checks import verl_actor_problem
 from agl_lab.config.compose import ConfigError
 from agl_lab.core.pipeline import mini_batch_rows
 from agl_lab.training.policy import Policy
@@ -92,6 +93,9 @@ class VerlActor:
                 cfg, model_path=folder, total_steps=total_steps, attn_implementation=_attention(policy)
             )
             self._check_micro_batches()
+            problem = verl_actor_problem(lambda key: OmegaConf.select(cfg, key, default=None))
+            if problem is not None:
+                raise ConfigError(str(problem))
             self._stack.enter_context(world_of_one(policy.device))
             with worker_start(), _quiet(quiet):
                 self.worker = ActorRolloutRefWorker(self.config, role="actor")
