@@ -331,3 +331,25 @@ def test_cispo_per_rollout_mean_trains_with_normalized_advantages(tmp_path):
         # per_rollout_mean ÷ rows at ratio 1: the step's total weight is n_rollouts / n_rows
         n_rows = record["training/rollout_level_advantage/n_rows"]
         assert record["lab/loss_scale"] == pytest.approx(record["training/rollout_level_advantage/n_rollouts"] / n_rows)
+
+
+def test_whole_rollout_drops_train_whole_rollouts_in_a_short_last_mini_batch(tmp_path):
+    # mini-batches of 3 rows (8 rollouts a step that often split): the surplus beyond whole mini-batches is dropped as
+    # whole rollouts, so a step may train a row count that is not a multiple of 3, its last update on fewer rows
+    cfg = tiny_cfg(
+        tmp_path,
+        "lab.cap_drop_unit=rollout",
+        "actor_rollout_ref.rollout.n=3",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3",
+        "trainer.total_training_steps=4",
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        result = train(cfg, progress=False)
+    history = result.history
+    trained, collected = history["training/n_sample_trained"], history["training/n_sample_collected"]
+    assert (trained > 0).all() and (trained <= collected // 3 * 3).all()
+    assert (history["lab/partially_dropped_rollouts"] == 0).all()
+    assert (history["lab/ppo_updates"] == -(-trained // 3)).all()  # ceil: a short last mini-batch is one update
+    assert (trained % 3 != 0).any()  # this seed's run has such a step (13 rows collected, 11 trained: 3 + 3 + 3 + 2)
+    assert history["actor/pg_loss"].notna().all()

@@ -77,10 +77,21 @@ def lab_estimator_problem(cfg: DictConfig) -> str | None:
 
 
 def verl_actor_problem(get: Getter) -> Finding | None:
-    """Why ``lab.actor=verl`` cannot train what the config asks, or None: verl PR #7580's row weights belong on the
-    entropy and KL terms too (revision 2), which verl's own actor engine aggregates unweighted. The doctor reports it;
-    :class:`agl_lab.training.verl_actor.VerlActor` refuses with the same line."""
-    if get("lab.actor") != "verl" or get(LOSS_MODE) not in ROW_WEIGHTED_LOSS_MODES:
+    """Why ``lab.actor=verl`` cannot train what the config asks, or None. verl's actor engine needs whole PPO
+    mini-batches (its ``make_iterator`` asserts it), which ``lab.cap_drop_unit=rollout`` may not leave; and verl PR
+    #7580's row weights belong on the entropy and KL terms too (revision 2), which the engine aggregates unweighted.
+    The doctor reports it; :class:`agl_lab.training.verl_actor.VerlActor` refuses with the same line."""
+    if get("lab.actor") != "verl":
+        return None
+    if get("lab.cap_drop_unit") == "rollout":
+        return Finding(
+            "error",
+            "lab.cap_drop_unit",
+            "whole-rollout drops can leave a last PPO mini-batch short, and verl's actor engine trains whole "
+            "mini-batches only",
+            "set lab.actor=lab (it trains a short mini-batch as a mean over its rows), or lab.cap_drop_unit=row",
+        )
+    if get(LOSS_MODE) not in ROW_WEIGHTED_LOSS_MODES:
         return None
     terms = [f"{_ACTOR}.entropy_coeff={get(f'{_ACTOR}.entropy_coeff')}"] if get(f"{_ACTOR}.entropy_coeff") else []
     terms += [f"{_ACTOR}.use_kl_loss=true"] if get(f"{_ACTOR}.use_kl_loss") else []

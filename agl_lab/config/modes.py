@@ -27,19 +27,9 @@ from agl_lab.core import weights
 from agl_lab.core.loss import CISPO_PER_ROLLOUT_MEAN_LOSS_MODE, PER_ROLLOUT_MEAN_LOSS_MODE
 
 __all__ = [
-    "AGG_LOSS_POLICY_LOSSES",
-    "DEPENDENCIES",
-    "LOSS_MODES",
-    "SPLITS",
-    "LossMode",
-    "mode_from_config",
-    "mode_settings",
-    "known_as",
-    "mode_table",
-    "trainable_modes",
-    "unknown_mode_hint",
-    "weighing_mode",
-]
+    "AGG_LOSS_POLICY_LOSSES", "DEPENDENCIES", "LOSS_MODES", "SPLITS", "LossMode", "known_as", "mode_from_config",
+    "mode_settings", "mode_table", "trainable_modes", "unknown_mode_hint", "weighing_mode",
+]  # fmt: skip
 
 _LOSS_MODE_KEY = "actor_rollout_ref.actor.policy_loss.loss_mode"
 _AGG_KEY = "actor_rollout_ref.actor.loss_agg_mode"
@@ -52,7 +42,6 @@ _AGL = "https://microsoft.github.io/agent-lightning/stable/4-trainer-configurati
 _AGL_CISPO = "https://pypi.org/project/agentlightning/1.0.2/"
 _TRL = "https://huggingface.co/docs/trl/main/en/grpo_trainer#loss-types"
 _SKYRL = "https://docs.skyrl.ai/docs/api-ref/skyrl/config"
-_AGL_LAB = "README.md#the-fields-normalizations"  # agl_lab's own definition
 _UNI_AGENT_185 = "https://github.com/verl-project/uni-agent/issues/185"  # its session mean (open issue)
 _VERL_7580 = "https://github.com/verl-project/verl/pull/7580"  # per-row loss_weight (open PR)
 _PROPOSED = "verl PR #7580 (proposed, not released)"

@@ -8,10 +8,16 @@ advantages are zero, so they carry no signal), then at random from the rest. v1.
 unseeded global RNG; here ``seed`` makes the choice reproducible.
 
 A row drop can train a rollout in part (some of its rows kept, some dropped). ``drop_unit="rollout"`` (the lab-only
-``lab.cap_drop_unit=rollout``; the default ``row`` is Agent Lightning's) drops whole rollouts instead, in the same
-order (rollouts of same-reward groups first, then the others, each in a seeded random order), taking each rollout
-that still leaves an exact fit for the rest of the surplus behind it; when no set of whole rollouts adds up to the
-surplus, it keeps one mini-batch fewer. A rollout is then trained whole or not at all
+``lab.cap_drop_unit=rollout``; the default ``row`` is Agent Lightning's) drops whole rollouts instead, in Agent
+Lightning's order: rollouts of same-reward groups first, then the others, each in a seeded random order. It walks
+that order and drops each rollout while fewer rows than the surplus are gone, so whether a rollout is dropped depends
+on the rollouts before it, never on its own row count (a rule that only took rollouts fitting the rest of the surplus
+dropped 1-row rollouts 5x as often as 4-row ones). The last rollout dropped may take more rows than the surplus: the
+step then trains fewer rows than Agent Lightning would (``training/n_sample_trained``; less than the largest rollout
+fewer), in as many PPO updates or fewer, the last mini-batch short (the lab's actor trains it as a mean over its
+own rows; verl's actor engine needs whole mini-batches, so ``lab.actor=verl`` refuses this unit). A step Agent
+Lightning trains is never skipped: when the walk would drop every row (one rollout holds more rows than the step may
+train), that rollout is trained in part, with a warning. A rollout is otherwise trained whole or not at all
 (``lab/partially_dropped_rollouts`` counts the others). Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
 """
 
@@ -158,7 +164,7 @@ def plan_update_cap(
     rng = np.random.default_rng(seed)
     same = same_reward_rows(batch)  # (same_rows,)
     if drop_unit == "rollout":
-        drop_same, drop_random = _whole_rollouts(batch, same, n_kept=n_kept, mini_batch_size=mini_batch_size, rng=rng)
+        drop_same, drop_random = _whole_rollouts(batch, same, n_kept=n_kept, rng=rng)
     else:
         drop_same = rng.permutation(same)[:n_to_drop]
         others = np.setdiff1d(np.arange(n), drop_same, assume_unique=True)
@@ -186,9 +192,9 @@ def partially_dropped(rows: DataProto, kept: DataProto) -> dict[str, int]:
 
 
 def _whole_rollouts(
-    batch: DataProto, same: np.ndarray, *, n_kept: int, mini_batch_size: int, rng: np.random.Generator
+    batch: DataProto, same: np.ndarray, *, n_kept: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The rows of the whole rollouts ``drop_unit="rollout"`` drops (module docstring): (same-reward rows, others)."""
+    """The rows ``drop_unit="rollout"`` drops (module docstring): (same-reward rows, others)."""
     if "rollout_id_list" not in batch.non_tensor_batch:
         raise ValueError(
             "lab.cap_drop_unit=rollout needs non_tensor_batch['rollout_id_list'] (which rows form one rollout): add "
@@ -200,23 +206,24 @@ def _whole_rollouts(
     same_rollout[rollouts.codes[same]] = True  # a rollout's rows share its uid group, so all of them are same-reward
     order = np.concatenate(
         [rng.permutation(np.flatnonzero(same_rollout)), rng.permutation(np.flatnonzero(~same_rollout))]
-    )
-    # suffix[i]: the row counts the rollouts order[i:] can drop together, as a bit set (bit x: x rows reachable)
-    suffix = [1] * (len(order) + 1)
-    for i in range(len(order) - 1, -1, -1):
-        suffix[i] = suffix[i + 1] | (suffix[i + 1] << int(sizes[order[i]]))
+    )  # (rollouts,)
+    surplus = len(batch) - n_kept
+    before = np.concatenate([[0], np.cumsum(sizes[order])[:-1]])  # (rollouts,) rows dropped before each in the walk
+    walked = order[before < surplus]  # dropped while fewer than the surplus were gone
     dropped = np.zeros(rollouts.n_groups, dtype=bool)
-    target = n_kept
-    while not suffix[0] >> (len(batch) - target) & 1:  # no whole rollouts add up to the surplus: one mini-batch fewer
-        target -= mini_batch_size  # ends by 0: every rollout together is the whole batch
-    need = len(batch) - target
-    for i, r in enumerate(order):  # in priority order, each rollout that still leaves an exact fit behind it
-        if need == 0:
-            break
-        if sizes[r] <= need and suffix[i + 1] >> (need - int(sizes[r])) & 1:
-            dropped[r] = True
-            need -= int(sizes[r])
+    dropped[walked] = True
     rows = np.flatnonzero(dropped[rollouts.codes])  # (dropped rows,)
+    if len(rows) == len(batch) and n_kept > 0:  # never skip a step Agent Lightning trains: the last one in part
+        last = walked[-1]
+        members = np.flatnonzero(rollouts.codes == last)
+        spared = np.sort(rng.permutation(members)[:n_kept])
+        warnings.warn(
+            f"lab.cap_drop_unit=rollout: rollout {str(rollouts.ids[last])!r} has {len(members)} rows, more than the "
+            f"{n_kept} this step may train; {n_kept} of its rows are trained (it counts in "
+            "lab/partially_dropped_rollouts) rather than skipping the step",
+            stacklevel=4,
+        )
+        rows = np.setdiff1d(rows, spared, assume_unique=True)
     is_same = same_rollout[rollouts.codes[rows]]
     return rows[is_same], rows[~is_same]
 

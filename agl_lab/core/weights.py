@@ -82,6 +82,14 @@ class TokenLayout:
         return len(self.row_tokens)
 
     @property
+    def rows_in_mini_batch(self) -> np.ndarray:
+        """(kept,) G_b: the rows of each row's mini-batch, the ``global_batch_size`` its loss divides by: G, but for a
+        short last mini-batch (whole-rollout drops, ``lab.cap_drop_unit=rollout``)."""
+        if self.n_rows % self.mini_batch_rows == 0:
+            return np.full(self.n_rows, float(self.mini_batch_rows))
+        return np.bincount(self.mini_batch)[self.mini_batch].astype(np.float64)
+
+    @property
     def micro(self) -> np.ndarray:
         return self.mini_batch if self.micro_batch is None else self.micro_batch
 
@@ -148,15 +156,15 @@ def token_sum(layout: TokenLayout) -> np.ndarray:
 
 
 def seq_mean_token_sum(layout: TokenLayout) -> np.ndarray:
-    return np.full(layout.n_rows, 1.0 / layout.mini_batch_rows)
+    return 1.0 / layout.rows_in_mini_batch
 
 
 def seq_mean_token_sum_norm(layout: TokenLayout) -> np.ndarray:
-    return np.full(layout.n_rows, 1.0 / (layout.mini_batch_rows * layout.horizon))
+    return 1.0 / (layout.rows_in_mini_batch * layout.horizon)
 
 
 def seq_mean_token_mean(layout: TokenLayout) -> np.ndarray:
-    return 1.0 / ((layout.row_tokens + 1e-8) * layout.mini_batch_rows)  # verl's 1e-8 guard against empty rows
+    return 1.0 / ((layout.row_tokens + 1e-8) * layout.rows_in_mini_batch)  # verl's 1e-8 guard against empty rows
 
 
 # --- verl 0.9.1: registered policy losses that aggregate their own way ----------------------------------------
@@ -206,7 +214,7 @@ def _per_rollout_mean(layout: TokenLayout, *, divisor: str) -> np.ndarray:
 
 def trl_grpo(layout: TokenLayout) -> np.ndarray:
     # per-sequence token mean (count clamped at 1), mean over the micro-batch, ÷ accumulation, DDP mean
-    return 1.0 / (np.maximum(layout.row_tokens, 1.0) * layout.mini_batch_rows)
+    return 1.0 / (np.maximum(layout.row_tokens, 1.0) * layout.rows_in_mini_batch)
 
 
 def trl_bnpo(layout: TokenLayout) -> np.ndarray:
@@ -223,7 +231,7 @@ def trl_bnpo(layout: TokenLayout) -> np.ndarray:
 
 def trl_dr_grpo(layout: TokenLayout) -> np.ndarray:
     # tokens summed ÷ (sequences × max_completion_length): the response limit plays H's part
-    return np.full(layout.n_rows, 1.0 / (layout.mini_batch_rows * layout.horizon))
+    return 1.0 / (layout.rows_in_mini_batch * layout.horizon)
 
 
 def trl_dapo(layout: TokenLayout) -> np.ndarray:

@@ -13,7 +13,8 @@ an engine per model. So this is a small loop of verl's own parts, in the order v
 * the optimizer and LR schedule are verl's ``build_optimizer`` and warmup schedules; gradients are clipped at
   ``optim.clip_grad`` and a step with a non-finite gradient norm is skipped, as verl does.
 
-Mini-batches hold ``ppo_mini_batch_size × rollout.n`` rows (``agl_lab.core.pipeline.mini_batch_rows``), micro-batches
+Mini-batches hold ``ppo_mini_batch_size × rollout.n`` rows (``agl_lab.core.pipeline.mini_batch_rows``; the last may
+be short after whole-rollout drops, ``lab.cap_drop_unit=rollout``), micro-batches
 ``ppo_micro_batch_size_per_gpu`` rows; ``ppo_epochs`` passes, reshuffled per epoch when ``actor.shuffle``.
 As in Agent Lightning, nothing keeps one rollout's rows in the same mini-batch.
 """
@@ -103,11 +104,13 @@ def update_actor(
     """PPO epochs over ``batch`` in mini-batches of ``mini_batch_rows`` rows; one optimizer step per mini-batch.
 
     ``batch`` needs ``old_log_probs``, ``advantages``, ``response_mask`` (and ``ref_log_prob`` with
-    ``use_kl_loss``). Returns verl's ``actor/*`` metrics, averaged over mini-batches.
+    ``use_kl_loss``). The last mini-batch may be short (``lab.cap_drop_unit=rollout`` keeps whole rollouts): its loss
+    is a mean over its own rows, as every mini-batch's is. Returns verl's ``actor/*`` metrics, averaged over
+    mini-batches.
     """
     n = len(batch)
-    if n == 0 or n % mini_batch_rows:
-        raise ValueError(f"the actor update needs whole mini-batches of {mini_batch_rows} rows, got {n} rows")
+    if n == 0:
+        raise ValueError("the actor update got no rows: the trainer skips a step the drops leave empty")
     fields = [*_SCORE_FIELDS, "response_mask", "old_log_probs", "advantages"]
     fields += ["ref_log_prob"] if actor.use_kl_loss else []
     fields += [key for key in ("rollout_is_weights", LOSS_WEIGHT) if key in batch.batch.keys()]

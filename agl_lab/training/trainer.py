@@ -231,11 +231,11 @@ class _Run:
             adv_metrics.update(multi_row_mass(batch, cfg))  # multi-row rollouts' share of the mass vs of rollouts
             # the same on one update's scale: token-mean gives each mini-batch 1, per_rollout_mean shares its total
             adv_metrics["lab/loss_scale_per_mini_batch"] = adv_metrics["lab/loss_scale"] / (
-                len(batch) // self.mini_batch_rows
+                -(-len(batch) // self.mini_batch_rows)  # ceil: whole-rollout drops may leave the last short
             )
         with _timed(timing, "update_actor"):
             actor_metrics = self.backend.update(batch, temperature=temperature, step=step)
-        actor_metrics["lab/ppo_updates"] = len(batch) // self.mini_batch_rows * int(self.actor.ppo_epochs)
+        actor_metrics["lab/ppo_updates"] = -(-len(batch) // self.mini_batch_rows) * int(self.actor.ppo_epochs)
         return {**metrics, **adv_metrics, **actor_metrics}, int(batch.batch["attention_mask"].sum())
 
     def _seed(self, stream: int, step: int) -> int:

@@ -131,8 +131,10 @@ class VerlActor:
         ``perf/*`` memory and MFU figures. ``step`` is unused: verl seeds its mini-batch order by ``data_loader_seed``.
         """
         actor, n = self.config.actor, len(batch)
-        if n == 0 or n % self.mini_batch_rows:
-            raise ValueError(f"the actor update needs whole mini-batches of {self.mini_batch_rows} rows, got {n} rows")
+        if n == 0 or n % self.mini_batch_rows:  # verl's make_iterator asserts it (the doctor refuses what leads here)
+            raise ValueError(
+                f"verl's actor engine needs whole mini-batches of {self.mini_batch_rows} rows, got {n} rows"
+            )
         fields = [*_ROW_FIELDS, *_LOSS_FIELDS, *(k for k in _OPTIONAL_LOSS_FIELDS if k in batch.batch.keys())]
         if actor.use_kl_loss and "ref_log_prob" not in fields:
             raise ValueError("actor_rollout_ref.actor.use_kl_loss=true needs ref_log_prob in the batch")
