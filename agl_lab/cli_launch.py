@@ -2,7 +2,8 @@
 
 Composes from base ``agl`` (Agent Lightning's defaults alone: what its trainer gets), stops on a doctor's error,
 exports overrides, dotlist and a launch script (:mod:`agl_lab.config.handoff`) and runs the script when
-``agentlightning`` can run here, else says what to install (exit 3).
+``agentlightning`` can run here, else says what to install (exit 3). ``--record DIR``: the script trains through
+agl_lab's recorder (:mod:`agl_lab.training.agl_recorder`), which records each step's rows into ``DIR``.
 """
 
 from __future__ import annotations
@@ -29,15 +30,21 @@ def add_launch_parser(commands: argparse._SubParsersAction) -> None:
     )
     launch.add_argument("--name", default="experiment", help="names the launch script (launch_<name>.py)")
     launch.add_argument("--out", default=None, help="export folder (default: agl_export/<name>)")
+    launch.add_argument(
+        "--record",
+        default=None,
+        metavar="DIR",
+        help="the run records each step's trained rows into DIR and logs agl_lab's diagnostics (agl_lab's recorder)",
+    )
     launch.set_defaults(run=run_launch_command)
 
 
 def run_launch_command(args: argparse.Namespace) -> int:
     """Run ``agl-lab launch``: the trainer's exit status, 1 on a doctor's error, 3 when it cannot run here."""
-    return _launch(args.dotlist, name=args.name, out=args.out, base=args.base)
+    return _launch(args.dotlist, name=args.name, out=args.out, base=args.base, record=args.record)
 
 
-def _launch(dotlist: list[str], *, name: str, out: str | None, base: str) -> int:
+def _launch(dotlist: list[str], *, name: str, out: str | None, base: str, record: str | None) -> int:
     from agl_lab.config.compose import compose_from
     from agl_lab.config.handoff import INSTALL_HINT, export_experiment, launch_blockers
 
@@ -47,10 +54,16 @@ def _launch(dotlist: list[str], *, name: str, out: str | None, base: str) -> int
         print(f"Nothing exported. `agl-lab check --base {base}` with the same dotlist shows the same findings.")
         return 1
     out_dir = Path(out) if out else Path("agl_export") / name
-    export = export_experiment(cfg, out_dir, name=name)
+    export = export_experiment(cfg, out_dir, name=name, record=record)
     script = out_dir / f"launch_{name}.py"
     print(f"\nExported to {out_dir}/: overrides.yaml, dotlist.txt, {script.name}")
     print("dotlist:", " ".join(export.dotlist) or "(Agent Lightning's defaults)")
+    if record:
+        print(
+            f"recording: {script.name} runs Agent Lightning's trainer through agl_lab's recorder: each step's rows to "
+            f"{record}/<step>.parquet, lab/diagnostics/* with the run's metrics (agl_lab must be installed where Ray "
+            "runs the trainer)"
+        )
     blockers = launch_blockers()
     if blockers:
         print("\n" + INSTALL_HINT.format(script=script, reasons="; ".join(blockers)), file=sys.stderr)

@@ -229,6 +229,15 @@ def test_launch_refuses_what_agent_lightning_would_refuse_and_check_says_so_firs
     assert "(base agl): no errors" in in_process(capsys, "check", "algorithm.adv_estimator=grpo")
 
 
+def test_launch_record_exports_a_script_that_trains_through_the_recorder(tmp_path, capsys):
+    out = tmp_path / "r"
+    said = in_process(capsys, "launch", "algorithm.adv_estimator=grpo", "--out", str(out), "--record", "runs/r")
+    assert said.startswith("exit 3\n") and "runs Agent Lightning's trainer through agl_lab's recorder" in said
+    script = (out / "launch_experiment.py").read_text()
+    compile(script, "launch_experiment.py", "exec")
+    assert "RECORD = 'runs/r'" in script and "from agl_lab.training.agl_recorder import record_run" in script
+
+
 def test_several_values_are_refused_outside_sweep():
     result = run("train", "lab.seed=0,1")
     assert result.returncode == 2

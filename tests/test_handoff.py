@@ -104,3 +104,17 @@ def test_launch_script_is_valid_python_importing_only_the_stdlib_at_module_level
 def test_bad_name(experiment, tmp_path):
     with pytest.raises(ValueError, match="must be letters, digits"):
         export_experiment(experiment, tmp_path, name="../evil")
+
+
+def test_launch_script_with_record_hands_the_config_to_the_recorder(experiment, tmp_path, capsys):
+    export = export_experiment(experiment, tmp_path, name="rec", record="runs/rec")
+    namespace = {}
+    exec(compile(export.script, "launch_rec.py", "exec"), namespace)
+    assert namespace["RECORD"] == "runs/rec"
+    assert "from agl_lab.training.agl_recorder import record_run" in export.script
+    with pytest.raises(SystemExit):  # the recorder is set up before the data files are read (and refused here)
+        namespace["main"](["--agl-key", "k", f"--record={tmp_path / 'rec'}", f"data.train_files={tmp_path / 'x'}"])
+    assert f"recording each training step's rows into {tmp_path / 'rec'}" in capsys.readouterr().out
+    assert "RECORD = None" in export_experiment(experiment, tmp_path, name="plain").script
+    with pytest.raises(ValueError, match="record must name a folder"):
+        export_experiment(experiment, tmp_path, name="x", record=" ")

@@ -71,6 +71,11 @@ METRICS: tuple[Metric, ...] = (
     _count("training/rollout_level_advantage/n_multi_row_rollouts", "multi-row rollouts", "rollouts"),
     _count("training/rollout_level_advantage/max_rows_per_rollout", "most rows of one rollout", "rows"),
     _count("training/n_*", "count", "count"),
+    # verl PR #7580's names, logged by agl_lab's recorder on an Agent Lightning run (a session = a rollout)
+    _count("training/trajectory/stored_rows", "rows trained", "rows"),
+    _count("training/trajectory/logical_sessions", "rollouts trained", "rollouts"),
+    _count("training/trajectory/segments_per_session/mean", "rows per rollout", "rows"),
+    _count("training/trajectory/loss_weight/*", "row weight (mean 1)", "× a row-equal objective's"),
     _count("training/rollout_level_advantage/*", "count", "count"),
     _count("lab/ppo_updates", "PPO mini-batch updates", "updates"),
     _count("lab/mean_turns", "LLM calls per rollout", "calls"),
