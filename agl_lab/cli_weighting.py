@@ -106,8 +106,7 @@ def _write_outputs(run, table, out: str, *, modes) -> list:
     """The tables and figures of ``--out``, each made before any is written, each written whole."""
     from pathlib import Path
 
-    from agl_lab.curves.atomic_files import write_whole
-    from agl_lab.curves.figures import save_figure
+    from agl_lab.curves.atomic_files import write_whole, written_whole
     from agl_lab.lab.diagnostics_figures import PROPOSALS, plot_proposals
     from agl_lab.lab.run_figures import plot_steps
 
@@ -129,7 +128,9 @@ def _write_outputs(run, table, out: str, *, modes) -> list:
         write_whole(out / name, text)
         written.append(out / name)
     for stem, figure in figures.items():
-        written += save_figure(figure, out / stem, formats=("png",))
+        with written_whole(out / f"{stem}.png") as partial:  # not curves.figures.save_figure: it loads the trainer
+            figure.savefig(partial, dpi=120, bbox_inches="tight", format="png")
+        written.append(out / f"{stem}.png")
     return written
 
 

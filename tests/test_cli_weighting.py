@@ -71,14 +71,13 @@ def test_a_batch_lacking_rollout_ids_names_the_field(tmp_path, capsys):
 
 
 def test_a_verl_run_by_step_with_steps_and_out(tmp_path, capsys):
-    from verl_writer import with_request_ids, write_verl_dump
-
     from agl_lab.lab.run_diagnostics import STEP_COLUMNS
     from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
+    from agl_lab.lab.verl_dump import write_verl_dump
 
     for step in (1, 2, 3):
         rows, _ = synthetic_rows(SyntheticKnobs(n_prompts=4, level="transition", fail_extra_calls=9, seed=step))
-        write_verl_dump(with_request_ids(rows), tmp_path / "dump", step=step)
+        write_verl_dump(rows, tmp_path / "dump", step=step)
     out = tmp_path / "out"
     assert main(["weighting", str(tmp_path / "dump"), "--steps", "2-3", "--out", str(out)]) == 0
     text = capsys.readouterr().out

@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from verl_writer import with_request_ids, write_verl_dump
 
 import agl_lab
 from agl_lab import LOSS_MODES, short_run_config
@@ -17,6 +16,7 @@ from agl_lab.lab.diagnostics import batch_diagnostics
 from agl_lab.lab.row_diagnostics import COLUMNS, MODE_COLUMNS
 from agl_lab.lab.run_diagnostics import STEP_COLUMNS
 from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
+from agl_lab.lab.verl_dump import write_verl_dump
 from conftest import TINY_RUN
 
 NUMBERS = COLUMNS[1:]
@@ -83,7 +83,7 @@ def dump_run(folder, steps, **knobs):
         # verl's trainer keeps scores in float32 (Agent Lightning's in bf16), and a dump keeps no dtype: float32 is read
         rows.batch["token_level_scores"] = rows.batch["token_level_scores"].float()
         batches[step] = rows
-        write_verl_dump(with_request_ids(rows), folder, step=step)
+        write_verl_dump(rows, folder, step=step)
     return batches
 
 

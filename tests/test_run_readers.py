@@ -11,13 +11,13 @@ import pandas as pd
 import pytest
 import torch
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-from verl_writer import with_request_ids, write_verl_dump
 
 import agl_lab
 from agl_lab.lab.batch_io import BatchFileError, load_batch, sample_batch_path, save_batch
 from agl_lab.lab.run_readers import iter_run_steps, parse_steps, run_source
 from agl_lab.lab.run_rows import RUN_COLUMNS, rows_from_batch
 from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
+from agl_lab.lab.verl_dump import write_verl_dump
 
 
 def agent_rows(seed, *, n_prompts=3, calls="success", min_calls=1, max_calls=3, fail_extra_calls=2):
@@ -44,7 +44,7 @@ def partition(values):
 def test_a_verl_rollout_dump_as_verls_trainer_writes_it(tmp_path):
     batches = {step: agent_rows(step) for step in (1, 2, 3)}
     for step, rows in batches.items():
-        write_verl_dump(with_request_ids(rows), tmp_path, step=step)
+        write_verl_dump(rows, tmp_path, step=step)
     line = json.loads((tmp_path / "2.jsonl").read_text().splitlines()[0])
     assert {"input", "output", "gts", "score", "step", "request_id"} <= set(line)  # verl's own fields
     assert run_source(tmp_path) == "verl_dump"
@@ -66,7 +66,7 @@ def test_a_verl_rollout_dump_as_verls_trainer_writes_it(tmp_path):
 def test_a_dump_with_a_uid_field_and_verl_v1s_row_keys(tmp_path):
     rows = agent_rows(4)
     ids = rows.non_tensor_batch
-    write_verl_dump(with_request_ids(rows), tmp_path, step=7, reward_extra={"uid": list(ids["data_id_list"])})
+    write_verl_dump(rows, tmp_path, step=7, reward_extra={"uid": list(ids["data_id_list"])})
     table = agl_lab.read_run(tmp_path)
     assert table["group"].tolist() == list(ids["data_id_list"])  # a reward-extra uid is the group
     # verl's v1 trainer writes uid = the row's key {uid}_{session}_{index} (trainer_base._log_rollout_data; its module
@@ -88,7 +88,7 @@ def test_a_dump_with_a_uid_field_and_verl_v1s_row_keys(tmp_path):
 def test_the_trajectory_column_named_and_a_dump_without_trajectories(tmp_path):
     rows = agent_rows(5)
     session = [f"s-{r}" for r in rows.non_tensor_batch["rollout_id_list"]]
-    write_verl_dump(rows, tmp_path, step=1, reward_extra={"session": session})  # no request_id in this batch
+    write_verl_dump(rows, tmp_path, step=1, request_ids=None, reward_extra={"session": session})  # no request_id
     with pytest.raises(ValueError, match=r"no request_id .* read_run\(\.\.\., trajectory_column=\.\.\.\)"):
         agl_lab.read_run(tmp_path)
     assert agl_lab.read_run(tmp_path, trajectory_column="session")["trajectory"].tolist() == session
@@ -99,7 +99,7 @@ def test_the_trajectory_column_named_and_a_dump_without_trajectories(tmp_path):
 def test_sessions_of_ten_rows_and_more_and_a_2000_row_step(tmp_path):
     rows = agent_rows(6, n_prompts=72, calls="uniform", min_calls=1, max_calls=14)
     assert len(rows) > 2000
-    write_verl_dump(with_request_ids(rows), tmp_path, step=1)
+    write_verl_dump(rows, tmp_path, step=1)
     table = agl_lab.read_run(tmp_path)
     sizes = table.groupby("trajectory").size()
     assert len(table) == len(rows) and sizes.max() == 14 and (sizes >= 10).sum() > 20
@@ -171,7 +171,7 @@ def test_per_step_tables_with_a_recording_and_one_table(tmp_path):
 
 def test_steps_select_and_a_run_streams_one_step_at_a_time(tmp_path):
     for step in (1, 2, 3, 5, 10):
-        write_verl_dump(with_request_ids(agent_rows(step, n_prompts=1)), tmp_path, step=step)
+        write_verl_dump(agent_rows(step, n_prompts=1), tmp_path, step=step)
     specs = [
         ("2-5", [2, 3, 5]),
         ("3", [3]),
@@ -211,3 +211,17 @@ def test_what_is_not_a_run_is_named(tmp_path):
     save_batch(load_batch(sample_batch_path()), tmp_path / "batch")
     with pytest.raises(ValueError, match=r"steps=3 selects nothing from .*: it is one batch \(step None\)"):
         agl_lab.read_run(tmp_path / "batch", steps=3)
+
+
+def test_the_shipped_verl_dump_is_what_its_make_script_writes(tmp_path):
+    import runpy
+
+    from agl_lab.lab.batch_io import data_dir
+
+    shipped = data_dir() / "verl_rollout_dump"
+    made = runpy.run_path(str(shipped / "make.py"))["make"](tmp_path)
+    assert [p.name for p in made] == [f"{step}.jsonl" for step in range(1, 9)]
+    for path in made:
+        assert path.read_bytes() == (shipped / path.name).read_bytes(), path.name
+    table = agl_lab.read_run(shipped)
+    assert (len(table), table.groupby(["step", "trajectory"]).ngroups) == (1850, 288)  # data/verl_rollout_dump/README

@@ -107,18 +107,27 @@ class RowView:
 
     def influence(self, mode: str) -> pd.DataFrame:
         """:data:`INFLUENCE_COLUMNS` for ``mode``, one line per rows-per-rollout class the rows have."""
-        classes, labels = row_classes(self.rows)  # (rollouts,)
+        return pd.DataFrame({"mode": mode, **self.classes(), **self.class_shares(mode)}, columns=INFLUENCE_COLUMNS)
+
+    def classes(self) -> dict[str, Any]:
+        """The mode-free influence columns: each class's label, rollouts, share of rollouts and failure fraction."""
+        if not hasattr(self, "_classes"):
+            classes, labels = row_classes(self.rows)  # (rollouts,)
+            present, self._members = np.unique(classes, return_inverse=True)  # (classes,), (rollouts,)
+            count = np.bincount(self._members, minlength=len(present))  # (classes,)
+            failed = np.bincount(self._members, weights=~self.solved, minlength=len(present))  # (classes,)
+            self._classes = {
+                "rows_per_rollout": [labels[int(k)] for k in present],
+                "rollouts": count.astype(np.int64),
+                "rollout_share": count / max(len(self.rows), 1),
+                "failure_fraction": failed / np.maximum(count, 1),
+            }
+        return self._classes
+
+    def class_shares(self, mode: str) -> dict[str, np.ndarray]:
+        """Each class's share of the mode's gradient mass (``gradient_share``)."""
+        n_classes = len(self.classes()["rollouts"])
         mass = np.bincount(self.layout.rollout, weights=self.row_mass(mode), minlength=len(self.rows))  # (rollouts,)
         total = float(mass.sum())
-        present, members = np.unique(classes, return_inverse=True)  # (classes,), (rollouts,)
-        count = np.bincount(members, minlength=len(present))  # (classes,)
-        class_mass = np.bincount(members, weights=mass, minlength=len(present))  # (classes,)
-        failed = np.bincount(members, weights=~self.solved, minlength=len(present))  # (classes,)
-        return pd.DataFrame({
-            "mode": mode,
-            "rows_per_rollout": [labels[int(k)] for k in present],
-            "rollouts": count.astype(np.int64),
-            "rollout_share": count / max(len(self.rows), 1),
-            "gradient_share": class_mass / total if total > 0 else np.full(len(present), np.nan),
-            "failure_fraction": failed / np.maximum(count, 1),
-        }, columns=INFLUENCE_COLUMNS)  # fmt: skip
+        class_mass = np.bincount(self._members, weights=mass, minlength=n_classes)  # (classes,)
+        return {"gradient_share": class_mass / total if total > 0 else np.full(n_classes, np.nan)}

@@ -21,6 +21,7 @@ failure fraction pooled over the run's rollouts, the gradient share the mean ove
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -93,19 +94,30 @@ def step_diagnostics(
     if not known_tokens:  # the probe: the same rows with random token counts
         probe = np.random.default_rng(_PROBE_SEED).integers(1, 4097, len(kept)).astype(np.float64)
         views.append(_view(settings, probe, rollouts, groups, advantage, reward))
-    shared = views[0].batch_columns()
-    lines, influences = [], []
+    shared, classes = views[0].batch_columns(), views[0].classes()
+    lines, shares = [], []
     for mode in modes:
-        columns, influence = _agreed([v.mode_columns(mode) for v in views], [v.influence(mode) for v in views])
-        missing = [
-            name
-            for name, gone in (("response_tokens", columns.pop("_differs")), ("advantage", advantage_missing))
-            if gone
-        ]
-        lines.append({"mode": mode, **shared, **columns, "missing": ",".join(missing)})
-        influences.append(influence)
+        columns = [view.mode_columns(mode) for view in views]
+        share = [view.class_shares(mode)["gradient_share"] for view in views]
+        differs = False
+        for key in MODE_COLUMNS:  # what the probe moves depends on the token counts: not reported
+            if not all(_close(columns[0][key], other[key]) for other in columns[1:]):
+                columns[0][key], differs = np.nan, True
+        if not all(np.allclose(share[0], other, rtol=1e-6, atol=1e-9, equal_nan=True) for other in share[1:]):
+            share[0], differs = np.full(len(share[0]), np.nan), True
+        missing = [name for name, gone in (("response_tokens", differs), ("advantage", advantage_missing)) if gone]
+        lines.append({"mode": mode, **shared, **columns[0], "missing": ",".join(missing)})
+        shares.append(share[0])
     table = pd.DataFrame(lines, columns=[*COLUMNS, "missing"])
-    return table, pd.concat(influences, ignore_index=True) if influences else pd.DataFrame(columns=INFLUENCE_COLUMNS)
+    n_classes = len(classes["rollouts"])
+    influence = pd.DataFrame(
+        {
+            "mode": np.repeat(np.asarray(modes, dtype=object), n_classes),
+            **{key: np.tile(np.asarray(value), len(modes)) for key, value in classes.items()},
+            "gradient_share": np.concatenate(shares) if shares else np.zeros(0),
+        }
+    )
+    return table, influence[INFLUENCE_COLUMNS]
 
 
 def run_table(steps: pd.DataFrame) -> pd.DataFrame:
@@ -170,23 +182,8 @@ def _view(settings, tokens, rollouts, groups, advantage, reward) -> RowView:
     return RowView(layout, advantage, reward)
 
 
-def _agreed(columns: list[dict[str, float]], influences: list[pd.DataFrame]) -> tuple[dict, pd.DataFrame]:
-    """The first measurement, with what differs between it and the probe (if any) set to NaN; ``_differs``."""
-    first, influence = dict(columns[0]), influences[0].copy()
-    differs = False
-    for other, other_influence in zip(columns[1:], influences[1:], strict=True):
-        for key in MODE_COLUMNS:
-            if not _close(first[key], other[key]):
-                first[key], differs = np.nan, True
-        share = influence["gradient_share"].to_numpy(dtype=float)
-        if not all(_close(a, b) for a, b in zip(share, other_influence["gradient_share"], strict=True)):
-            influence["gradient_share"], differs = np.nan, True
-    first["_differs"] = differs
-    return first, influence
-
-
 def _close(a: float, b: float) -> bool:
-    return (np.isnan(a) and np.isnan(b)) or bool(np.isclose(a, b, rtol=1e-6, atol=1e-9))
+    return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-9 + 1e-6 * abs(b)  # numpy's isclose, on floats
 
 
 def _advantages(rows, attrs, settings, rollouts, groups, tokens, known_tokens) -> tuple[np.ndarray, bool]:

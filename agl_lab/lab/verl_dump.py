@@ -12,12 +12,19 @@ trainer): ``input`` and ``output`` (decoded text), ``gts``, ``score`` (the row's
 * ``response_tokens`` and ``advantage``: NaN (the dump keeps neither); ``kept``: every row (it holds the batch the
   step trained); the scores' dtype is not kept either, and is read as verl's float32 (Agent Lightning keeps bf16
   scores, whose GRPO rounds in bf16).
+
+:func:`write_verl_dump` writes such a file from verl rows with verl's own code (the shipped
+``data/verl_rollout_dump``, the tests and the benchmark use it): no reimplementation of the format to drift from it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -25,7 +32,10 @@ import pandas as pd
 from agl_lab.lab.batch_io import BatchFileError
 from agl_lab.lab.run_rows import tidy
 
-__all__ = ["read_verl_step"]
+if TYPE_CHECKING:
+    from verl import DataProto
+
+__all__ = ["read_verl_step", "word_tokenizer", "write_verl_dump"]
 
 _V1_KEY = re.compile(r"^(.*)_(\d+)_(\d+)$")  # verl v1's row key: {uid}_{session}_{index}
 
@@ -87,3 +97,50 @@ def _v1_keys(uid: pd.Series) -> pd.DataFrame | None:
     if parts.isna().any().any() or uid.duplicated().any():
         return None
     return parts
+
+
+def write_verl_dump(
+    rows: DataProto,
+    folder: str | os.PathLike,
+    *,
+    step: int,
+    request_ids: str | None = "rollout_id_list",
+    reward_extra: dict[str, Any] | None = None,
+    tokenizer: Any = None,
+) -> Path:
+    """``rows`` dumped as step ``step`` into ``folder`` by verl's own ``RayPPOTrainer._log_rollout_data`` on a bare
+    trainer (no Ray, no workers; only what it reads is set): it decodes prompts and responses, sums
+    ``token_level_scores``, and its dump thread writes ``<step>.jsonl`` with ``_write_generations``. Returns the file.
+
+    ``request_ids``: the non-tensor field written as verl's ``request_id`` (a multi-output agent loop's trajectory;
+    None: none, as a batch without one); ``reward_extra``: more per-row fields, as a reward function returns them;
+    ``tokenizer``: what decodes the token ids (default :func:`word_tokenizer`).
+    """
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    if request_ids is not None:
+        non_tensors = dict(
+            rows.non_tensor_batch, request_id=np.asarray(rows.non_tensor_batch[request_ids], dtype=object)
+        )
+        rows = DataProto(batch=rows.batch, non_tensor_batch=non_tensors, meta_info=dict(rows.meta_info))
+    trainer = object.__new__(RayPPOTrainer)
+    vocabulary = int(max(rows.batch["prompts"].max(), rows.batch["responses"].max())) + 1
+    trainer.tokenizer = tokenizer if tokenizer is not None else word_tokenizer(vocabulary)
+    trainer.global_steps = step
+    trainer._init_dump_executor()
+    with contextlib.redirect_stdout(io.StringIO()):  # verl prints "Dumped generations to ..."
+        trainer._log_rollout_data(rows, dict(reward_extra or {}), {}, str(folder))
+        trainer._shutdown_dump_executor()
+    return Path(folder) / f"{step}.jsonl"
+
+
+def word_tokenizer(vocabulary: int) -> Any:
+    """A Hugging Face fast tokenizer over ``vocabulary`` ids: id i decodes to the word ``w<i>``, id 0 is padding."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, **{f"w{i}": i for i in range(1, vocabulary)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>")
