@@ -6,8 +6,11 @@ from agl_lab.config.compose import BASES, compose_from
 from agl_lab.config.diagnostics_settings import DiagnosticsSettings, base_settings
 
 
-@pytest.mark.parametrize("base", list(BASES))
+@pytest.mark.parametrize(
+    "base", [*BASES, *reversed(BASES)]
+)  # both orders: one base's read must not leak into another's
 def test_each_bases_settings_read_from_its_files_equal_the_composed_configs(base):
+    base_settings.cache_clear()
     # a verl whose packaged defaults move, or a base file that changes, fails here rather than measuring stale values
     composed = DiagnosticsSettings.from_config(compose_from(base), base=base)
     assert base_settings(base) == composed

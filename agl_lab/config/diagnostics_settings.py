@@ -12,6 +12,7 @@ goes through :meth:`DiagnosticsSettings.from_config` on the composed config.
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.util
 from dataclasses import dataclass, field
@@ -90,8 +91,8 @@ def base_settings(base: str = "short-run") -> DiagnosticsSettings:
     layers = [verl_defaults, {k: v for k, v in _yaml(_CONF / "agl_trainer.yaml").items() if k not in _HYDRA}]
     if BASES[base].yaml is not None:
         layers.append(_yaml(BASES[base].yaml))
-    merged: dict[str, Any] = {}
-    for layer in layers:
+    merged: dict[str, Any] = copy.deepcopy(layers[0])  # the cached verl defaults stay as read
+    for layer in layers[1:]:
         _merge(merged, layer)
     picked = {key: _select(merged, key) for key in _KEYS.values()}
     if any(isinstance(v, str) and "${" in v for v in picked.values()):  # an interpolation: let OmegaConf resolve it
@@ -134,12 +135,13 @@ def _yaml(path: Path) -> dict[str, Any]:
 
 
 def _merge(into: dict[str, Any], layer: dict[str, Any]) -> None:
-    """``layer`` over ``into`` as OmegaConf.merge merges mappings: a mapping recursed into, any other value replaced."""
+    """``layer`` over ``into`` as OmegaConf.merge merges mappings: a mapping recursed into, any other value replaced
+    (by a copy: ``into`` never shares a mapping with a layer)."""
     for key, value in layer.items():
         if isinstance(value, dict) and isinstance(into.get(key), dict):
             _merge(into[key], value)
         else:
-            into[key] = value
+            into[key] = copy.deepcopy(value)
 
 
 def _select(tree: dict[str, Any], key: str) -> Any:
