@@ -172,3 +172,13 @@ def test_an_agl_lab_run_by_step_from_its_metrics_and_a_step_logged_twice(tmp_pat
         f.write(json.dumps(logged[1]) + "\n")
     with pytest.raises(ValueError, match=r"metrics\.jsonl logs step\(s\) \[2\] more than once"):
         agl_lab.weighting_diagnostics(run)
+
+
+def test_a_batch_by_step_is_one_step_with_the_batchs_own_step():
+    rows = load_batch(sample_batch_path())
+    rows.meta_info["global_steps"] = 7
+    steps = agl_lab.weighting_diagnostics(rows, by_step=True, modes=["session_equal", "token-mean"])
+    whole = agl_lab.weighting_diagnostics(rows, modes=["session_equal", "token-mean"])
+    assert list(steps.columns) == STEP_COLUMNS and steps["step"].tolist() == [7, 7]
+    assert_same_table(steps.drop(columns=["step"]), whole)
+    assert steps.attrs["influence"]["step"].unique().tolist() == [7]
