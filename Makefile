@@ -95,6 +95,8 @@ bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_trainer.py
 	$(BIN)/python benchmarks/bench_actor.py
 	$(BIN)/python benchmarks/bench_cli.py
+	$(BIN)/python benchmarks/bench_weighting_cli.py
+	$(BIN)/python benchmarks/bench_run_diagnostics.py
 
 # JupyterLab on the repository's notebooks/ (agl-lab lab DIR copies them into DIR first, keeping edited copies).
 lab: $(BIN)/.installed

@@ -48,9 +48,9 @@ warnings.filterwarnings("ignore", message="NPU not support router replay", categ
 
 
 def _register_losses(core_algos: Any) -> None:
-    # Importing agl_lab.core.loss registers both losses (idempotent). If this hook fires while that very module is
-    # importing verl's core_algos, the import returns the half-loaded module, which registers as its import ends.
-    importlib.import_module("agl_lab.core.loss")
+    # agl_lab.core.loss imports verl only where a loss runs or registers, so it may have loaded before verl's registry
+    # did: register now (idempotent).
+    importlib.import_module("agl_lab.core.loss").register_in_worker()
 
 
 wrapt.register_post_import_hook(_register_losses, "verl.trainer.ppo.core_algos")
@@ -82,6 +82,7 @@ _LAZY = {
     "drop_marked_rows": "agl_lab.core.update_cap",
     "compare_settings": "agl_lab.curves.effects",
     "example_rows": "agl_lab.lab.examples",
+    "read_run": "agl_lab.lab.run_readers",
     "train": "agl_lab.training.trainer",
     "TrainResult": "agl_lab.training.trainer",
     "run_sweep": "agl_lab.training.sweep",

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from agl_lab.core.groups import group_rows
 from agl_lab.core.pipeline import FATES
-from agl_lab.lab.class_stats import MAX_CLASS, class_weights, fate_counts, size_counts
+from agl_lab.lab.class_stats import MAX_CLASS, class_weights, fate_counts, row_classes, size_counts
 
 
 @settings(max_examples=40, deadline=None)
@@ -53,3 +53,16 @@ def test_fate_and_size_counts_are_pandas_crosstabs(seed, n):
     midpoint = (reward.min() + reward.max()) / 2
     assert higher.sum() == (reward >= midpoint).sum() and lower.sum() == (reward < midpoint).sum()
     assert np.bincount(groups.sizes - 1, minlength=len(higher)).tolist() == (higher + lower).tolist()
+
+
+def test_row_classes_follow_the_data_and_pool_only_when_asked():
+    # verl PR #7580's ablation has trajectories of 10 rows: each row count the data has is its own class
+    sizes = np.array([1, 10, 3, 10, 14, 1, 7])
+    classes, labels = row_classes(sizes)
+    assert classes.tolist() == sizes.tolist()
+    assert labels == {1: "1", 3: "3", 7: "7", 10: "10", 14: "14"}
+    # the weighting panel's figures keep one trace per class: they pool at MAX_CLASS
+    pooled, pooled_labels = row_classes(sizes, cap=MAX_CLASS)
+    assert pooled.tolist() == [1, 6, 3, 6, 6, 1, 6]
+    assert pooled_labels == {1: "1", 2: "2", 3: "3", 4: "4", 5: "5", 6: "6+"}
+    assert row_classes(np.array([2, 6]), cap=MAX_CLASS)[1][6] == "6"  # nothing above the cap: no "+"

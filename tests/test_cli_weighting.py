@@ -1,6 +1,7 @@
 """``agl-lab weighting PATH``: the table in verl PR #7580's column order, its numbers against a count by hand from
 data/sample_batch's rollouts, and bad input as one line with a documented exit code."""
 
+import pandas as pd
 import pytest
 from test_diagnostics import hand_table
 
@@ -67,3 +68,34 @@ def test_a_batch_lacking_rollout_ids_names_the_field(tmp_path, capsys):
     assert main(["weighting", str(tmp_path / "batch")]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "needs fields this batch lacks: rollout_id_list" in line
+
+
+def test_a_verl_run_by_step_with_steps_and_out(tmp_path, capsys):
+    from agl_lab.lab.run_diagnostics import STEP_COLUMNS
+    from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
+    from agl_lab.lab.verl_dump import write_verl_dump
+
+    for step in (1, 2, 3):
+        rows, _ = synthetic_rows(SyntheticKnobs(n_prompts=4, level="transition", fail_extra_calls=9, seed=step))
+        write_verl_dump(rows, tmp_path / "dump", step=step)
+    out = tmp_path / "out"
+    assert main(["weighting", str(tmp_path / "dump"), "--steps", "2-3", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    header, table = printed_table(text)
+    assert header == [*COLUMNS, "missing"] and table["token-mean"]["missing"] == "response_tokens"
+    assert "(2 steps;" in text and table["session_equal"]["gap"] == "0.000"
+    steps = pd.read_csv(out / "weighting_steps.csv")
+    assert list(steps.columns) == STEP_COLUMNS and sorted(steps["step"].unique()) == [2, 3]
+    whole = pd.read_csv(out / "weighting_run.csv").set_index("mode")
+    assert whole.loc["session_equal", "rows"] == steps[steps["mode"] == "session_equal"]["rows"].sum()
+    influence = pd.read_csv(out / "weighting_influence.csv")
+    assert influence["rows_per_rollout"].max() >= 10  # failures make 10+ calls: a class of their own
+    for name in ("weighting_steps.png", "weighting_influence.png"):
+        assert (out / name).stat().st_size > 10_000 and f"wrote {out / name}" in text
+
+
+def test_out_that_is_a_file_writes_nothing(tmp_path, capsys):
+    (tmp_path / "taken").write_text("x")
+    assert main(["weighting", str(sample_batch_path()), "--out", str(tmp_path / "taken")]) == 2
+    assert "is a file: give a folder" in capsys.readouterr().err
+    assert (tmp_path / "taken").read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["taken"]

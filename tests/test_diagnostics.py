@@ -67,7 +67,7 @@ def test_the_sample_batch_against_a_count_by_hand():
     assert (expected["trajectories"], expected["rows"]) == (48, 81)
     assert expected["solve_by_trajectory"] == 23 / 48 and expected["mean_rows_failed"] == 2.04
     table = agl_lab.weighting_diagnostics(sample_batch_path()).set_index("mode")
-    assert list(table.reset_index().columns) == COLUMNS and list(table.index) == list(LOSS_MODES)
+    assert list(table.reset_index().columns) == [*COLUMNS, "missing"] and list(table.index) == list(LOSS_MODES)
     for mode in ("seq-mean-token-mean", "session_equal"):
         line = table.loc[mode]
         for key in ("trajectories", "rows", "solve_by_trajectory", "mean_rows_solved", "mean_rows_failed"):

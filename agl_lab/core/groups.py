@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import torch
-from verl import DataProto
+
+if TYPE_CHECKING:  # the readers and the weight catalogue group ids without loading torch or verl (Ray, tensordict)
+    import torch
+    from verl import DataProto
 
 __all__ = [
     "GROUP_KEYS",
@@ -113,6 +115,8 @@ def uniform_groups(groups: RolloutGroups, values: torch.Tensor) -> np.ndarray:
     """
     if len(values) != len(groups.codes):
         raise ValueError(f"values has {len(values)} entries but the groups cover {len(groups.codes)} rows")
+    import torch
+
     first_of_row = torch.from_numpy(groups.first_rows[groups.codes]).to(values.device)  # (rows,)
     differs = (~torch.isclose(values, values[first_of_row])).cpu().numpy()  # (rows,)
     return np.bincount(groups.codes, weights=differs, minlength=groups.n_groups) == 0  # (groups,)

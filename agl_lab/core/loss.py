@@ -23,15 +23,14 @@ Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
 
 from __future__ import annotations
 
+import sys
 import warnings
-from typing import Any, Literal
-
-import torch
-import verl.utils.torch_functional as verl_F
-from verl.trainer.ppo import core_algos
+from typing import TYPE_CHECKING, Any, Literal
 
 from agl_lab.core.groups import group_rows
-from agl_lab.core.row_weights import ROW_WEIGHTED_LOSS_MODES, compute_policy_loss_row_weighted
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "CISPO_PER_ROLLOUT_MEAN_LOSS_MODE",
@@ -70,6 +69,8 @@ def normalize_advantages_by_rollout(
     cast to that dtype first (bf16 counts 257 tokens as 256), the counts are summed per rollout and multiplied
     in float64, and the divisor is rounded to the dtype once.
     """
+    import torch
+
     if rollout_ids is None:
         raise RuntimeError("per_rollout_mean loss requires rollout_id_list")
     if divisor not in DIVISORS:
@@ -107,6 +108,9 @@ def compute_policy_loss_per_rollout_mean(
     ``actor_rollout_ref.actor`` DictConfig). ``loss_agg_mode`` is accepted for the registry's signature and
     ignored: the normalization already happened in :func:`normalize_advantages_by_rollout`.
     """
+    import torch
+    import verl.utils.torch_functional as verl_F
+
     clip_ratio_low, clip_ratio_high = _clip_range(config, PER_ROLLOUT_MEAN_LOSS_MODE)
     clip_ratio_c = config.get("clip_ratio_c", 3.0)
     if not clip_ratio_c > 1.0:
@@ -153,6 +157,9 @@ def compute_policy_loss_cispo_per_rollout_mean(
     ``log π`` is ``−clip(ratio)·A``, so a clipped token still learns, scaled by its clipped ratio; no dual clip
     (``clip_ratio_c`` is not read). Same signature and config as :func:`compute_policy_loss_per_rollout_mean`.
     """
+    import torch
+    import verl.utils.torch_functional as verl_F
+
     clip_ratio_low, clip_ratio_high = _clip_range(config, CISPO_PER_ROLLOUT_MEAN_LOSS_MODE)
     negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)  # (rows, R)
     ratio = torch.exp(negative_approx_kl)  # (rows, R)
@@ -172,13 +179,16 @@ def compute_policy_loss_cispo_per_rollout_mean(
     return _summed(pg_losses, response_mask, config), metrics
 
 
-# name -> function: what import agl_lab (and every Ray worker) registers in verl's policy-loss registry; verl PR
-# #7580's proposals (agl_lab.core.row_weights) are verl's vanilla loss on advantages the trainer weighted per row
-_LOSSES = {
-    PER_ROLLOUT_MEAN_LOSS_MODE: compute_policy_loss_per_rollout_mean,
-    CISPO_PER_ROLLOUT_MEAN_LOSS_MODE: compute_policy_loss_cispo_per_rollout_mean,
-    **dict.fromkeys(ROW_WEIGHTED_LOSS_MODES, compute_policy_loss_row_weighted),
-}
+def _losses() -> dict[str, Any]:
+    """name -> function: what import agl_lab (and every Ray worker) registers in verl's policy-loss registry; verl PR
+    #7580's proposals (agl_lab.core.row_weights) are verl's vanilla loss on advantages the trainer weighted per row."""
+    from agl_lab.core.row_weights import ROW_WEIGHTED_LOSS_MODES, compute_policy_loss_row_weighted
+
+    return {
+        PER_ROLLOUT_MEAN_LOSS_MODE: compute_policy_loss_per_rollout_mean,
+        CISPO_PER_ROLLOUT_MEAN_LOSS_MODE: compute_policy_loss_cispo_per_rollout_mean,
+        **dict.fromkeys(ROW_WEIGHTED_LOSS_MODES, compute_policy_loss_row_weighted),
+    }
 
 
 def register_in_worker() -> None:
@@ -189,7 +199,9 @@ def register_in_worker() -> None:
     worker that unpickles only verl objects never imports agl_lab by itself. A name another package already
     registered (Agent Lightning itself, say) keeps that registration, with a warning.
     """
-    for name, fn in _LOSSES.items():
+    from verl.trainer.ppo import core_algos
+
+    for name, fn in _losses().items():
         existing = core_algos.POLICY_LOSS_REGISTRY.get(name)
         if existing is None:
             core_algos.register_policy_loss(name)(fn)
@@ -221,6 +233,8 @@ def _summed(pg_losses: torch.Tensor, response_mask: torch.Tensor, config: Any) -
     # Data-parallel ranks average gradients; multiplying by dp_size keeps the global sum.
     global_batch_info = getattr(config, "global_batch_info", None)
     dp_size = global_batch_info.get("dp_size", 1) if global_batch_info else 1
+    import verl.utils.torch_functional as verl_F
+
     return verl_F.masked_sum(pg_losses, response_mask) * (dp_size or 1)
 
 
@@ -228,6 +242,9 @@ def _qualname(fn: Any) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-# Importing this module registers both losses, as Agent Lightning's loss module does; `import agl_lab` imports it as
-# soon as verl's policy-loss registry is loaded (agl_lab/__init__.py), so that registry always holds them.
-register_in_worker()
+# torch and verl are imported where a loss runs or registers, not here: the weight catalogue (agl_lab.core.weights,
+# the analyses that read files) loads this module without torch, Ray or tensordict. The registry holds the losses
+# whenever anyone can look: `import agl_lab` registers them the moment verl's policy-loss module is imported
+# (agl_lab/__init__.py), and here if that happened before this module loaded.
+if "verl.trainer.ppo.core_algos" in sys.modules:
+    register_in_worker()

@@ -16,14 +16,16 @@ import os
 import pickle
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
-from verl import DataProto
 
-__all__ = ["BatchFileError", "data_dir", "load_batch", "sample_batch_path", "save_batch"]
+if TYPE_CHECKING:  # loaded where a DataProto is made: reading a header or a run's rows needs neither torch nor verl
+    from verl import DataProto
+
+__all__ = ["BatchFileError", "data_dir", "load_batch", "non_tensor_columns", "read_batch_header", "sample_batch_path"]
+__all__ += ["save_batch"]
 
 SAFE_FORMAT = "agl_lab.batch"
 SAFE_VERSION = 2  # 2: batch.json holds sha256 checksums of the header and the tensors file (1: none)
@@ -43,6 +45,8 @@ def save_batch(batch: DataProto, path: str | os.PathLike, *, overwrite: bool = F
     None, lists, dicts) or tuples of them (tuple ids come back as tuples). Returns the directory. Refuses to
     replace an existing one unless ``overwrite``.
     """
+    from safetensors.torch import save_file
+
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"{path} is a file: save_batch writes a directory (tensors.safetensors + batch.json)")
@@ -126,7 +130,11 @@ def sample_batch_path() -> Path:
     return data_dir() / "sample_batch"
 
 
-def _load_safe(path: Path) -> DataProto:
+def read_batch_header(path: str | os.PathLike, *, stacklevel: int = 2) -> dict[str, Any]:
+    """The checked ``batch.json`` of a batch directory :func:`save_batch` wrote (its tensors' checksum verified too):
+    what :func:`load_batch` and the run readers (:mod:`agl_lab.lab.batch_rows`, without torch) both start from.
+    ``stacklevel``: where a missing-checksum warning points, as :func:`warnings.warn` counts from the caller."""
+    path = Path(path)
     meta_path, tensors_path = path / META_FILE, path / TENSORS_FILE
     absent = [p.name for p in (meta_path, tensors_path) if not p.is_file()]
     if absent:
@@ -147,12 +155,25 @@ def _load_safe(path: Path) -> DataProto:
         raise BatchFileError(
             f"{path} has format version {version!r}; this agl_lab reads up to {SAFE_VERSION}: update agl_lab"
         )
-    _verify_checksums(path, header, tensors_path)
+    _verify_checksums(path, header, tensors_path, stacklevel=stacklevel + 1)
+    return header
+
+
+def non_tensor_columns(header: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The non-tensor fields a checked header holds, as the arrays :func:`save_batch` was given."""
+    return {key: _decode_column(spec) for key, spec in header["non_tensor_batch"].items()}
+
+
+def _load_safe(path: Path) -> DataProto:
+    from safetensors.torch import load_file
+    from verl import DataProto
+
+    header = read_batch_header(path, stacklevel=4)
     try:
-        tensors = load_file(str(tensors_path))
+        tensors = load_file(str(path / TENSORS_FILE))
         n = int(header["rows"])
         expected = {key: tuple(spec["shape"]) for key, spec in header["tensors"].items()}
-        non_tensors = {key: _decode_column(spec) for key, spec in header["non_tensor_batch"].items()}
+        non_tensors = non_tensor_columns(header)
         meta_info = dict(header["meta_info"])
     except (SafetensorError, OSError, KeyError, TypeError, ValueError) as exc:
         raise BatchFileError(f"{path} is corrupt ({type(exc).__name__}: {exc}); save the batch again") from exc
@@ -165,14 +186,14 @@ def _load_safe(path: Path) -> DataProto:
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info)
 
 
-def _verify_checksums(path: Path, header: dict[str, Any], tensors_path: Path) -> None:
+def _verify_checksums(path: Path, header: dict[str, Any], tensors_path: Path, *, stacklevel: int) -> None:
     """Refuse a batch whose files changed after :func:`save_batch` wrote them (a flipped byte, a cut file)."""
     sums = header.get("sha256")
     if sums is None and header["version"] < 2:
         warnings.warn(
             f"{path} has no checksums (saved before agl_lab's batch format 2), so a damaged byte would go unnoticed: "
             "save it again with agl_lab.lab.batch_io.save_batch",
-            stacklevel=4,
+            stacklevel=stacklevel,
         )
         return
     if not isinstance(sums, dict):
@@ -201,6 +222,8 @@ def _file_digest(path: Path) -> str:
 
 
 def _load_pickle(path: Path) -> DataProto:
+    from verl import DataProto
+
     try:
         with path.open("rb") as f:
             data = pickle.load(f)  # the caller said the file is trusted

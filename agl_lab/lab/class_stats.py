@@ -1,10 +1,11 @@
 """A batch's rollouts by how many rows they became: weight statistics and row fates per rows-per-rollout class.
 
 The weighting figures (:mod:`agl_lab.lab.weight_figures`, :mod:`agl_lab.lab.batch_figures`) draw these;
-computing them here keeps the statistics out of the drawing code and testable on their own. Classes run
-1..the batch's largest rollout as aggregated, the last one holding every rollout of ``MAX_CLASS`` rows or more
-("6+"), so drops change the bars' heights but never which bars there are. Inputs are the tidy frames of
-:class:`agl_lab.lab.weighting.Weighting`.
+computing them here keeps the statistics out of the drawing code and testable on their own. :func:`row_classes`
+gives one class per row count the data has (a run's 10-row trajectories are class 10, as verl PR #7580 reports
+them); the weighting panel's figures, which keep one trace per class for their fast redraws, pool at ``MAX_CLASS``
+("6+"): there classes run 1..the batch's largest rollout as aggregated, so drops change the bars' heights but never
+which bars there are. Inputs are the tidy frames of :class:`agl_lab.lab.weighting.Weighting`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import numpy as np
 import pandas as pd
 
 from agl_lab.core.groups import RolloutGroups
-from agl_lab.core.pipeline import FATES
 
 __all__ = [
     "MAX_CLASS",
@@ -30,7 +30,7 @@ __all__ = [
     "weights_by_class",
 ]
 
-MAX_CLASS = 6  # rollouts with this many rows or more share one class ("6+")
+MAX_CLASS = 6  # the panel's figures: rollouts with this many rows or more share one class ("6+")
 
 
 @dataclass(frozen=True)
@@ -47,11 +47,16 @@ class ClassWeights:
     n_rollouts: int  # rollouts trained
 
 
-def row_classes(sizes: np.ndarray) -> tuple[np.ndarray, dict[int, str]]:
-    """Rows per rollout capped at ``MAX_CLASS``, and each class's label ("6+" for the cap when it pools)."""
-    classes = np.minimum(sizes, MAX_CLASS)
-    labels = {k: str(k) for k in range(1, MAX_CLASS)}
-    labels[MAX_CLASS] = f"{MAX_CLASS}+" if (sizes > MAX_CLASS).any() else str(MAX_CLASS)
+def row_classes(sizes: np.ndarray, *, cap: int | None = None) -> tuple[np.ndarray, dict[int, str]]:
+    """Each rollout's class, its rows per rollout, and each class's label: one class per row count in ``sizes``
+    (``"10"`` for ten rows). With ``cap``, counts from ``cap`` up share the class ``cap`` (label ``"6+"`` when it
+    pools more than one count) and the labels run 1..cap, whether the data has them or not."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if cap is None:
+        return sizes, {int(k): str(int(k)) for k in np.unique(sizes)}
+    classes = np.minimum(sizes, cap)
+    labels = {k: str(k) for k in range(1, cap)}
+    labels[cap] = f"{cap}+" if (sizes > cap).any() else str(cap)
     return classes, labels
 
 
@@ -78,7 +83,7 @@ def class_weights(
     Percentiles are numpy's linear ones, computed for every (class, mode) at once from one sort.
     """
     modes = list(modes)
-    sizes, labels = row_classes(rows)
+    sizes, labels = row_classes(rows, cap=MAX_CLASS)
     classes = np.arange(1, sizes.max(initial=1) + 1)
     trained = rows_kept > 0
     row_class = np.minimum(rows_kept[trained], MAX_CLASS) - 1  # (trained,)
@@ -122,6 +127,8 @@ def size_counts(sizes: np.ndarray, reward: np.ndarray) -> np.ndarray:
 
 def fate_counts(rollouts: RolloutGroups, fate: np.ndarray) -> np.ndarray:
     """(fates, classes) rows per fate (``FATES`` order) and rows-per-rollout class (as aggregated, 6+ pooled)."""
+    from agl_lab.core.pipeline import FATES  # here: the class statistics load without verl's trainer
+
     classes = np.minimum(rollouts.sizes[rollouts.codes], MAX_CLASS) - 1  # (rows,)
     codes = sum(i * (fate == name) for i, name in enumerate(FATES))  # (rows,) index into FATES
     n_classes = int(classes.max(initial=0)) + 1
@@ -129,8 +136,10 @@ def fate_counts(rollouts: RolloutGroups, fate: np.ndarray) -> np.ndarray:
 
 
 def fates_by_class(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """Rows per (class present, fate) from ``Weighting.rows``, and the present classes' tick labels."""
-    classes, labels = row_classes(rows["rows_in_rollout"].to_numpy())
+    """Rows per (class present, fate) from ``Weighting.rows``, and the present classes' tick labels (6+ pooled)."""
+    from agl_lab.core.pipeline import FATES
+
+    classes, labels = row_classes(rows["rows_in_rollout"].to_numpy(), cap=MAX_CLASS)
     present = np.unique(classes)
     fate = pd.Categorical(rows["fate"], categories=list(FATES)).codes  # (rows,)
     cell = np.searchsorted(present, classes) * len(FATES) + fate

@@ -1,0 +1,193 @@
+"""A run's rows as one tidy table: one line per training row, the same columns whatever wrote them.
+
+:data:`RUN_COLUMNS` (``agl_lab.read_run`` returns them; a column its source lacks is NaN, never guessed):
+
+==================  =================================================================================================
+``step``            the training step (verl's ``global_steps``); NA for a lone batch that does not say
+``group``           the GRPO group (verl's ``uid``; Agent Lightning's ``data_id_list``)
+``trajectory``      the rollout the row came from (Agent Lightning's ``rollout_id_list``; verl's ``request_id``)
+``row``             the row's place in its trajectory, 0 first, in the order the source holds the rows
+``response_tokens`` trainable tokens (the response mask's sum); NaN where the source keeps no tokens
+``reward``          the row's reward: the sum of its ``token_level_scores`` (verl's dump: ``score``)
+``advantage``       the estimator's advantage per trainable token, before any loss's normalization; NaN if not kept
+``kept``            whether the step trained the row (False: marked or dropped by the cap)
+==================  =================================================================================================
+
+This module makes the table from a batch's arrays: a verl ``DataProto`` (:func:`rows_from_batch`) or the lab's safe
+batch format read with numpy alone (:func:`read_safe_batch`: safetensors parsed here, bf16 included, so reading a
+batch file loads neither torch nor verl). ``attrs["score_dtype"]`` keeps the scores' dtype: the advantage is
+computed in it (:mod:`agl_lab.lab.grpo_numpy`). The run readers are :mod:`agl_lab.lab.run_readers`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from agl_lab.lab.batch_io import TENSORS_FILE, BatchFileError, non_tensor_columns, read_batch_header
+
+if TYPE_CHECKING:
+    from verl import DataProto
+
+__all__ = ["RUN_COLUMNS", "read_safe_batch", "rows_from_arrays", "rows_from_batch", "tidy"]
+
+RUN_COLUMNS = ["step", "group", "trajectory", "row", "response_tokens", "reward", "advantage", "kept"]
+# the tensors the table reads (the rest of a batch, token ids above all, is never decoded)
+_READ = ("response_mask", "attention_mask", "token_level_scores", "token_level_rewards", "advantages", "is_drop_mask")
+_SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4",
+                       "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}  # fmt: skip
+
+
+def rows_from_batch(batch: DataProto, *, step: int | None = None) -> pd.DataFrame:
+    """The table of a verl ``DataProto`` (a trained batch, a ``save_to_disk`` dump, the lab's rows)."""
+    if batch.batch is None:
+        raise BatchFileError("the DataProto holds no tensors: there are no rows to read")
+    tensors, dtypes = {}, {}
+    for key in _READ:
+        if key in batch.batch.keys():
+            value = batch.batch[key].detach().cpu()
+            dtypes[key] = str(value.dtype).removeprefix("torch.")
+            tensors[key] = value.float().numpy() if value.is_floating_point() else value.numpy()
+    if "responses" in batch.batch.keys():
+        tensors["response_width"] = batch.batch["responses"].shape[-1]
+    meta_step = batch.meta_info.get("global_steps") if batch.meta_info else None
+    return rows_from_arrays(
+        tensors, batch.non_tensor_batch, step=step if step is not None else meta_step, dtypes=dtypes
+    )
+
+
+def read_safe_batch(path: str | os.PathLike, *, step: int | None = None) -> pd.DataFrame:
+    """The table of a batch directory :func:`agl_lab.lab.batch_io.save_batch` wrote, read with numpy only (its
+    checksums verified as :func:`~agl_lab.lab.batch_io.load_batch` verifies them)."""
+    path = Path(path)
+    header = read_batch_header(path, stacklevel=3)
+    tensors, dtypes = _read_safetensors(path / TENSORS_FILE, keys=_READ)
+    if "responses" in header.get("tensors", {}):
+        tensors["response_width"] = int(header["tensors"]["responses"]["shape"][-1])
+    meta_step = header.get("meta_info", {}).get("global_steps")
+    return rows_from_arrays(
+        tensors, non_tensor_columns(header), step=step if step is not None else meta_step, dtypes=dtypes
+    )
+
+
+def rows_from_arrays(
+    tensors: Mapping[str, Any],
+    non_tensors: Mapping[str, np.ndarray],
+    *,
+    step: int | None,
+    dtypes: Mapping[str, str] | None = None,
+) -> pd.DataFrame:
+    """The table from a batch's tensors as numpy arrays (rows first) and its id columns (module docstring)."""
+    n = len(next(iter(non_tensors.values()))) if non_tensors else 0
+    for key in _READ:
+        if key in tensors:
+            n = len(tensors[key])
+            break
+    mask = tensors.get("response_mask")
+    if mask is None and "attention_mask" in tensors and "response_width" in tensors:
+        mask = tensors["attention_mask"][:, -int(tensors["response_width"]) :]  # verl's compute_response_mask
+    mask = None if mask is None else np.asarray(mask, dtype=np.float64)  # (rows, R)
+    tokens = mask.sum(axis=-1) if mask is not None else np.full(n, np.nan)  # (rows,)
+    score_key = "token_level_scores" if "token_level_scores" in tensors else "token_level_rewards"
+    scores = tensors.get(score_key)
+    reward = np.asarray(scores, dtype=np.float64).sum(axis=-1) if scores is not None else np.full(n, np.nan)
+    advantage = np.full(n, np.nan)
+    if "advantages" in tensors and mask is not None:
+        advantage = (np.asarray(tensors["advantages"], dtype=np.float64) * mask).sum(axis=-1) / np.maximum(tokens, 1.0)
+    kept = (
+        ~np.asarray(tensors["is_drop_mask"], dtype=bool).reshape(n) if "is_drop_mask" in tensors else np.ones(n, bool)
+    )
+    frame = tidy(
+        step=step,
+        group=_ids(non_tensors, ("data_id_list", "uid"), n),
+        trajectory=_ids(non_tensors, ("rollout_id_list", "request_id"), n),
+        response_tokens=tokens,
+        reward=reward,
+        advantage=advantage,
+        kept=kept,
+    )
+    frame.attrs["score_dtype"] = (dtypes or {}).get(score_key, "float32")
+    return frame
+
+
+def tidy(
+    *,
+    step: Any,
+    group: Any,
+    trajectory: Any,
+    response_tokens: Any,
+    reward: Any,
+    advantage: Any,
+    kept: Any,
+    row: Any = None,
+) -> pd.DataFrame:
+    """:data:`RUN_COLUMNS` from per-row values (scalars broadcast; ``row`` counted within ``trajectory`` when None)."""
+    frame = pd.DataFrame({"reward": np.asarray(reward, dtype=np.float64)})
+    n = len(frame)
+    frame.insert(0, "step", pd.array([step] * n if np.ndim(step) == 0 else step, dtype="Int64"))
+    frame.insert(1, "group", _column(group, n))
+    frame.insert(2, "trajectory", _column(trajectory, n))
+    if row is None:
+        known = frame["trajectory"].notna()
+        row = np.full(n, np.nan)
+        row[known.to_numpy()] = frame.loc[known, "trajectory"].groupby(frame.loc[known, "trajectory"]).cumcount()
+    frame.insert(3, "row", pd.array(np.asarray(row, dtype=np.float64), dtype="Int64"))
+    frame.insert(4, "response_tokens", np.asarray(response_tokens, dtype=np.float64))
+    frame["advantage"] = np.asarray(advantage, dtype=np.float64)
+    frame["kept"] = pd.array(kept if np.ndim(kept) else [kept] * n, dtype="boolean")
+    return frame[RUN_COLUMNS]
+
+
+def _column(values: Any, n: int) -> np.ndarray:
+    """One id per row as an object array: ids compare as Python values (``1 == 1.0``), tuples stay whole."""
+    if values is None:
+        return np.full(n, None, dtype=object)
+    if isinstance(values, np.ndarray | pd.Series) and np.asarray(values).ndim == 1:
+        return np.asarray(values).astype(object)
+    out = np.empty(n, dtype=object)
+    for i, value in enumerate(values):
+        out[i] = value
+    return out
+
+
+def _ids(columns: Mapping[str, np.ndarray], keys: tuple[str, ...], n: int) -> np.ndarray | None:
+    for key in keys:
+        if key in columns:
+            values = columns[key]
+            if len(values) != n:
+                raise BatchFileError(f"non_tensor_batch[{key!r}] has {len(values)} entries for {n} rows")
+            return values
+    return None
+
+
+def _read_safetensors(path: Path, *, keys: tuple[str, ...]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The tensors ``keys`` of a safetensors file as numpy arrays (bf16 widened to float32 exactly), and their dtypes.
+
+    The format: 8 bytes of header length (little endian), a JSON header ``name -> {dtype, shape, data_offsets}``,
+    then the raw bytes, little endian, row-major."""
+    try:
+        data = path.read_bytes()
+        length = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8 : 8 + length])
+        tensors, dtypes = {}, {}
+        for key in keys:
+            if key not in header:
+                continue
+            spec = header[key]
+            start, end = (8 + length + offset for offset in spec["data_offsets"])
+            raw = np.frombuffer(data[start:end], dtype=_SAFETENSORS_DTYPES[spec["dtype"]]).reshape(spec["shape"])
+            if spec["dtype"] == "BF16":  # bf16 is float32's top half: widen bit for bit
+                raw = (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
+            tensors[key] = raw
+            dtypes[key] = {"BF16": "bfloat16", "F32": "float32", "F64": "float64", "F16": "float16"}.get(
+                spec["dtype"], spec["dtype"].lower()
+            )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BatchFileError(f"{path} is corrupt ({type(exc).__name__}: {exc}); save the batch again") from exc
+    return tensors, dtypes
