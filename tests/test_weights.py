@@ -15,6 +15,7 @@ from agl_lab import LOSS_MODES, compose_config
 from agl_lab.config.modes import AGG_LOSS_POLICY_LOSSES
 from agl_lab.config.verl_features import VERL_FEATURES, forced_aggregation
 from agl_lab.core import weights
+from agl_lab.core.loss import normalize_advantages_by_rollout
 from agl_lab.core.weights import TokenLayout, token_layout
 
 # verl's aggregations the installed verl has (verl 0.8.0 has no token-sum: its closed form is pinned on 0.9.1)
@@ -219,3 +220,23 @@ def test_every_registry_entry_is_accounted_for():
     # a new verl loss must be placed: aggregating through agg_loss, or weighing its own way (a catalogue entry)
     own = {m.settings.get(LOSS_KEY) for m in LOSS_MODES.values() if m.trainable}
     assert set(POLICY_LOSS_REGISTRY) <= set(AGG_LOSS_POLICY_LOSSES) | own
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 700), min_size=1, max_size=12),
+    n_rollouts=st.integers(1, 5),
+    seed=st.integers(0, 2**16),
+    divisor=st.sampled_from(["rows", "rollouts"]),
+)
+def test_per_rollout_mean_weights_in_numpy_are_the_trainers_normalization(lengths, n_rollouts, seed, divisor):
+    # the catalogue's numpy weights (no torch for the diagnostics) = normalize_advantages_by_rollout on a unit float64
+    # advantage, bit for bit
+    rollout = np.unique(np.random.default_rng(seed).integers(0, n_rollouts, len(lengths)), return_inverse=True)[1]
+    lay = token_layout(lengths, rollout, mini_batch_rows=len(lengths), horizon=1.0)
+    mask = (torch.arange(max(lengths) + 1)[None, :] < torch.tensor(lengths)[:, None]).long()  # (rows, R)
+    unit = normalize_advantages_by_rollout(
+        torch.ones(mask.shape, dtype=torch.float64), mask, rollout, num_trained_rows=len(lengths), divisor=divisor
+    )[:, 0]  # (rows,): every token of a row has the same weight
+    mode = "per_rollout_mean:rows" if divisor == "rows" else "per_rollout_mean:rollouts"
+    np.testing.assert_array_equal(LOSS_MODES[mode].weight(lay), unit.numpy())

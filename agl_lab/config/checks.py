@@ -89,7 +89,7 @@ def verl_actor_problem(get: Getter) -> Finding | None:
             "lab.cap_drop_unit",
             "whole-rollout drops can leave a last PPO mini-batch short, and verl's actor engine trains whole "
             "mini-batches only",
-            "set lab.actor=lab (it trains a short mini-batch as a mean over its rows), or lab.cap_drop_unit=row",
+            "set lab.actor=lab (it trains a short last mini-batch), or lab.cap_drop_unit=row",
         )
     if get(LOSS_MODE) not in ROW_WEIGHTED_LOSS_MODES:
         return None

@@ -36,13 +36,14 @@ PR verifies; forced, as verl's ``sapo`` forces it). N and T count the rollout's 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from agl_lab.core.groups import group_rows
-from agl_lab.core.rows import trainable_tokens
+
+if TYPE_CHECKING:  # the weights themselves are numpy: a diagnostics reader never loads torch for them
+    import torch
 
 __all__ = [
     "LOSS_WEIGHT",
@@ -99,6 +100,10 @@ def row_loss_weights(response_mask: torch.Tensor, rollout_ids: Any, *, mode: str
     if len(rollout_ids) != response_mask.shape[0]:
         raise ValueError(f"rollout_ids length ({len(rollout_ids)}) must match response_mask rows "
                          f"({response_mask.shape[0]})")  # fmt: skip
+    import torch
+
+    from agl_lab.core.rows import trainable_tokens
+
     codes = group_rows(rollout_ids, field="rollout_id_list").codes  # (rows,)
     weights = loss_weights(trainable_tokens(response_mask).cpu().numpy(), codes, mode=mode)  # (rows,)
     return torch.from_numpy(weights).to(response_mask.device)

@@ -12,13 +12,14 @@ A row drop can train a rollout in part (some of its rows kept, some dropped). ``
 Lightning's order: rollouts of same-reward groups first, then the others, each in a seeded random order. It walks
 that order and drops each rollout while fewer rows than the surplus are gone, so whether a rollout is dropped depends
 on the rollouts before it, never on its own row count (a rule that only took rollouts fitting the rest of the surplus
-dropped 1-row rollouts 5x as often as 4-row ones). The last rollout dropped may take more rows than the surplus: the
+dropped 1-row rollouts 7x as often as 4-row ones). The last rollout dropped may take more rows than the surplus: the
 step then trains fewer rows than Agent Lightning would (``training/n_sample_trained``; less than the largest rollout
-fewer), in as many PPO updates or fewer, the last mini-batch short (the lab's actor trains it as a mean over its
-own rows; verl's actor engine needs whole mini-batches, so ``lab.actor=verl`` refuses this unit). A step Agent
-Lightning trains is never skipped: when the walk would drop every row (one rollout holds more rows than the step may
-train), that rollout is trained in part, with a warning. A rollout is otherwise trained whole or not at all
-(``lab/partially_dropped_rollouts`` counts the others). Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
+fewer), in as many PPO updates or fewer, the last mini-batch short (the lab's actor trains it, each row weighing
+what it weighs in a full one; verl's actor engine needs whole mini-batches, so ``lab.actor=verl`` refuses this
+unit). A step Agent Lightning trains is never skipped: when the walk would drop every row (one rollout holds more
+rows than the step may train), that rollout is trained in part, with a warning. A rollout is otherwise trained
+whole or not at all (``lab/partially_dropped_rollouts`` counts the others). Notebook:
+``notebooks/01_per_rollout_weighting.ipynb``.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ in mini-batch b, which holds ``P_b`` groups; ``H`` = ``actor.loss_scale_factor``
                               (revision 2; agl_lab.core.row_weights)
 
 verl's closed forms are pinned in tests against autograd through ``agg_loss`` and the registered losses;
-``per_rollout_mean``'s come from the trainer's own :func:`agl_lab.core.loss.normalize_advantages_by_rollout`.
+``per_rollout_mean``'s equal the trainer's own :func:`agl_lab.core.loss.normalize_advantages_by_rollout` (tested).
 The catalogue that names these functions, with labels, sources and what each depends on, is
 :mod:`agl_lab.config.modes`.
 """
@@ -36,10 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from agl_lab.core import row_weights
-from agl_lab.core.loss import normalize_advantages_by_rollout
 
 __all__ = [
     "TokenLayout",
@@ -80,14 +78,6 @@ class TokenLayout:
     @property
     def n_rows(self) -> int:
         return len(self.row_tokens)
-
-    @property
-    def rows_in_mini_batch(self) -> np.ndarray:
-        """(kept,) G_b: the rows of each row's mini-batch, the ``global_batch_size`` its loss divides by: G, but for a
-        short last mini-batch (whole-rollout drops, ``lab.cap_drop_unit=rollout``)."""
-        if self.n_rows % self.mini_batch_rows == 0:
-            return np.full(self.n_rows, float(self.mini_batch_rows))
-        return np.bincount(self.mini_batch)[self.mini_batch].astype(np.float64)
 
     @property
     def micro(self) -> np.ndarray:
@@ -156,15 +146,15 @@ def token_sum(layout: TokenLayout) -> np.ndarray:
 
 
 def seq_mean_token_sum(layout: TokenLayout) -> np.ndarray:
-    return 1.0 / layout.rows_in_mini_batch
+    return np.full(layout.n_rows, 1.0 / layout.mini_batch_rows)
 
 
 def seq_mean_token_sum_norm(layout: TokenLayout) -> np.ndarray:
-    return 1.0 / (layout.rows_in_mini_batch * layout.horizon)
+    return np.full(layout.n_rows, 1.0 / (layout.mini_batch_rows * layout.horizon))
 
 
 def seq_mean_token_mean(layout: TokenLayout) -> np.ndarray:
-    return 1.0 / ((layout.row_tokens + 1e-8) * layout.rows_in_mini_batch)  # verl's 1e-8 guard against empty rows
+    return 1.0 / ((layout.row_tokens + 1e-8) * layout.mini_batch_rows)  # verl's 1e-8 guard against empty rows
 
 
 # --- verl 0.9.1: registered policy losses that aggregate their own way ----------------------------------------
@@ -196,17 +186,15 @@ def per_rollout_mean_rollouts(layout: TokenLayout) -> np.ndarray:
 
 
 def _per_rollout_mean(layout: TokenLayout, *, divisor: str) -> np.ndarray:
+    # The trainer's normalization (agl_lab.core.loss.normalize_advantages_by_rollout) on a unit float64 advantage:
+    # each token weighs 1 / max(T·N, 1) (or T·R), T the rollout's tokens; the per_rollout_mean loss sums, so ∂L/∂ℓ is
+    # that weight. In numpy, so the diagnostics load no torch; tests hold it equal to the normalization and to the
+    # loss's autograd gradient.
     if layout.n_rows == 0:
         return np.zeros(0)
-    # The trainer's own normalization applied to a unit advantage gives each token's weight, and the
-    # per_rollout_mean loss sums, so ∂L/∂ℓ is that weight. The normalization reads the mask only through its
-    # row sums, so a (kept, 1) column of token counts stands in for the (kept, R) mask at 1/R of the cost
-    # (tests check both against the loss's autograd gradient).
-    counts = torch.from_numpy(np.asarray(layout.row_tokens, dtype=np.float64)).unsqueeze(-1)  # (kept, 1)
-    unit = normalize_advantages_by_rollout(
-        torch.ones_like(counts), counts, layout.rollout, num_trained_rows=layout.n_rows, divisor=divisor
-    )  # (kept, 1)
-    return unit.squeeze(-1).numpy()
+    tokens = np.bincount(layout.rollout, weights=layout.row_tokens)  # (rollouts,) T
+    count = layout.n_rows if divisor == "rows" else len(np.unique(layout.rollout))
+    return 1.0 / np.maximum(tokens[layout.rollout] * count, 1.0)
 
 
 # --- TRL GRPOTrainer loss_type (trl 1.16): G = per_device_train_batch_size × gradient accumulation × processes ---
@@ -214,7 +202,7 @@ def _per_rollout_mean(layout: TokenLayout, *, divisor: str) -> np.ndarray:
 
 def trl_grpo(layout: TokenLayout) -> np.ndarray:
     # per-sequence token mean (count clamped at 1), mean over the micro-batch, ÷ accumulation, DDP mean
-    return 1.0 / (np.maximum(layout.row_tokens, 1.0) * layout.rows_in_mini_batch)
+    return 1.0 / (np.maximum(layout.row_tokens, 1.0) * layout.mini_batch_rows)
 
 
 def trl_bnpo(layout: TokenLayout) -> np.ndarray:
@@ -231,7 +219,7 @@ def trl_bnpo(layout: TokenLayout) -> np.ndarray:
 
 def trl_dr_grpo(layout: TokenLayout) -> np.ndarray:
     # tokens summed ÷ (sequences × max_completion_length): the response limit plays H's part
-    return 1.0 / (layout.rows_in_mini_batch * layout.horizon)
+    return np.full(layout.n_rows, 1.0 / (layout.mini_batch_rows * layout.horizon))
 
 
 def trl_dapo(layout: TokenLayout) -> np.ndarray:

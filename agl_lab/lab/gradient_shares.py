@@ -129,7 +129,7 @@ def _step_gradient(
         rows = torch.from_numpy(np.flatnonzero(layout.micro_batch == micro))
         mini = torch.from_numpy(layout.mini_batch == layout.mini_batch[rows[0]])
         actor.global_batch_info.update(dp_size=dp_size, batch_num_tokens=int(trainable_tokens(mask[mini]).sum()),
-                                       global_batch_size=int(mini.sum()),
+                                       global_batch_size=layout.mini_batch_rows,
                                        loss_scale_factor=actor.loss_scale_factor)  # fmt: skip
         loss, _ = loss_fn(old[rows], log_prob[rows], advantages[rows], mask[rows], actor.loss_agg_mode, actor)
         total = total + loss / dp_size

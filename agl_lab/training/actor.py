@@ -104,9 +104,9 @@ def update_actor(
     """PPO epochs over ``batch`` in mini-batches of ``mini_batch_rows`` rows; one optimizer step per mini-batch.
 
     ``batch`` needs ``old_log_probs``, ``advantages``, ``response_mask`` (and ``ref_log_prob`` with
-    ``use_kl_loss``). The last mini-batch may be short (``lab.cap_drop_unit=rollout`` keeps whole rollouts): its loss
-    is a mean over its own rows, as every mini-batch's is. Returns verl's ``actor/*`` metrics, averaged over
-    mini-batches.
+    ``use_kl_loss``). The last mini-batch may be short (``lab.cap_drop_unit=rollout`` keeps whole rollouts): a
+    seq-mean loss still divides by ``mini_batch_rows`` (verl's configured ``global_batch_size``), so its rows weigh what
+    rows in a full one weigh. Returns verl's ``actor/*`` metrics, averaged over mini-batches.
     """
     n = len(batch)
     if n == 0:
@@ -127,8 +127,9 @@ def update_actor(
         for start in range(0, n, mini_batch_rows):
             mini = data[torch.from_numpy(order[start : start + mini_batch_rows])]
             metrics = _mini_batch(
-                policy, optimizer, mini, actor=actor, loss_fn=loss_fn, micro=micro, temperature=temperature
-            )
+                policy, optimizer, mini, actor=actor, loss_fn=loss_fn, micro=micro, temperature=temperature,
+                rows=mini_batch_rows,
+            )  # fmt: skip
             for key, value in metrics.items():
                 collected.setdefault(key, []).append(value)
     return {key: float(value) for key, value in reduce_metrics(collected).items()}
@@ -194,13 +195,16 @@ def _mini_batch(
     loss_fn,
     micro: int,
     temperature: float,
+    rows: int,
 ) -> dict[str, Any]:
     mask = mini["response_mask"]  # (mini, R)
     # What verl's engine puts in global_batch_info: the loss of each micro-batch is scaled to the whole mini-batch.
+    # global_batch_size is the configured mini-batch (verl's engine passes its config's), so a short last one's rows
+    # weigh in a seq-mean loss what they weigh in a full one
     actor.global_batch_info.update(
         dp_size=1,
         batch_num_tokens=int(trainable_tokens(mask).sum()),
-        global_batch_size=len(mini),
+        global_batch_size=rows,
         loss_scale_factor=actor.loss_scale_factor,
     )
     with_entropy = actor.entropy_coeff != 0
