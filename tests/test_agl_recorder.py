@@ -312,3 +312,24 @@ def test_setup_worker_swaps_the_recorder_in_when_a_worker_imports_agent_lightnin
     assert trainer.__name__ == "RecordingTrainer" and trainer.__mro__[1].__module__ == agl_recorder.TRAINER_MODULE
     assert original.AgentLightningRayPPOTrainer.__name__ == "AgentLightningRayPPOTrainer"  # the oracle's untouched
     assert recording_trainer(trainer) is trainer  # swapped in twice, it records once
+
+
+def test_a_recording_is_read_back_by_read_run_and_diagnosed_step_by_step(tmp_path):
+    # the folder the recorder writes is one of read_run's sources: the same rows, and the per-step diagnostics of the
+    # kept rows with the recorded advantages (what Agent Lightning's estimator gave, before normalization)
+    import agl_lab
+
+    cfg = config(tmp_path, **{"actor_rollout_ref.actor.ppo_mini_batch_size": 4})
+    for step in (1, 2):
+        random.seed(step)
+        recorded_step(cfg, random_batch(20 + step), step=step)
+    files = pd.concat([pd.read_parquet(tmp_path / "rec" / f"{s}.parquet") for s in (1, 2)], ignore_index=True)
+    rows = agl_lab.read_run(tmp_path / "rec")
+    for column in ("step", "row", "response_tokens", "reward", "advantage", "kept"):  # read_run's numbers are floats
+        np.testing.assert_array_equal(rows[column].to_numpy(float), files[column].to_numpy(float), err_msg=column)
+    for column in ("group", "trajectory"):
+        assert rows[column].astype(str).tolist() == files[column].astype(str).tolist(), column
+    assert agl_lab.read_run(tmp_path / "rec", steps="2")["step"].unique().tolist() == [2]
+    table = agl_lab.weighting_diagnostics(tmp_path / "rec", by_step=True, modes=["seq-mean-token-mean"])
+    assert table["step"].tolist() == [1, 2]
+    assert table["rows"].tolist() == [int(files[files.step == s].kept.sum()) for s in (1, 2)]
