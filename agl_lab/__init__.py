@@ -1,7 +1,8 @@
 """agl_lab: Agent Lightning v1.0's per-rollout weighting (rollout-level advantage, per_rollout_mean, update cap)
 on real verl parts, in a Jupyter lab.
 
-``import agl_lab`` registers the ``per_rollout_mean`` and ``cispo_per_rollout_mean`` policy losses in verl's registry.
+``import agl_lab`` registers the ``per_rollout_mean`` and ``cispo_per_rollout_mean`` policy losses in verl's registry,
+and the per-turn advantage estimators (``mt_grpo``, ``mt_grpo_fix``, ``turn_grpo``) in its estimator registry.
 The package follows the data flow, one subpackage per stage:
 
 * ``agl_lab.core`` — the batch math on verl ``DataProto`` rows: grouping, trace aggregation, advantage, loss,
@@ -51,6 +52,7 @@ def _register_losses(core_algos: Any) -> None:
     # Importing agl_lab.core.loss registers both losses (idempotent). If this hook fires while that very module is
     # importing verl's core_algos, the import returns the half-loaded module, which registers as its import ends.
     importlib.import_module("agl_lab.core.loss")
+    importlib.import_module("agl_lab.core.turn_estimators")  # the per-turn advantage estimators, likewise
 
 
 wrapt.register_post_import_hook(_register_losses, "verl.trainer.ppo.core_algos")
