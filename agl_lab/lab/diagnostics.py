@@ -42,6 +42,7 @@ from verl.trainer.ppo.ray_trainer import compute_response_mask
 from agl_lab.config.modes import LOSS_MODES, weighing_mode
 from agl_lab.core.pipeline import compute_advantages
 from agl_lab.core.rows import require_fields
+from agl_lab.core.turns import last_turn_values
 from agl_lab.core.update_cap import drop_marked_rows
 from agl_lab.core.weights import TokenLayout
 from agl_lab.lab.class_stats import row_classes
@@ -144,8 +145,8 @@ class _View:
         self.advantage = advantage  # (rows,) each row's mean advantage over its trainable tokens
         codes = layout.rollout  # (rows,) dense rollout codes
         self.rows = np.bincount(codes)  # (rollouts,) k
-        first = np.unique(codes, return_index=True)[1]  # (rollouts,) each rollout's first row
-        self.solved = reward[first] > 0  # (rollouts,): every row of a rollout carries its reward
+        last = len(codes) - 1 - np.unique(codes[::-1], return_index=True)[1]  # (rollouts,) each rollout's last row
+        self.solved = reward[last] > 0  # (rollouts,): its last turn holds its outcome (per-turn rewards too)
         self._weights: dict[str, np.ndarray] = {}
 
     @classmethod
@@ -154,7 +155,7 @@ class _View:
         mask = batch.batch["response_mask"].double()  # (rows, R)
         tokens = mask.sum(dim=-1).clamp_min(1.0)  # (rows,)
         advantage = ((batch.batch["advantages"].double() * mask).sum(dim=-1) / tokens).numpy()  # (rows,)
-        reward = batch.batch["token_level_scores"].double().sum(dim=-1).numpy()  # (rows,)
+        reward = last_turn_values(batch.batch["token_level_scores"], batch.batch["response_mask"]).numpy()  # (rows,)
         return cls(layout, advantage, reward)
 
     def row_mass(self, mode: str) -> np.ndarray:
