@@ -15,9 +15,10 @@ turn's advantage; ``norm`` below is ``algorithm.norm_adv_by_std_in_grpo`` (divid
                    ``Â_O`` = R normalised over the group. With two turns it is the paper's ``A_1 = Â^T + Â^O``,
                    ``A_2 = Â^O`` (λ = 1). Its baseline ``Σ_{k=t}^{T−1} mean_k`` has as many terms as the trajectory
                    has turns left: the RFC's action-dependent baseline, a hidden bonus of ``−E[r]`` per further turn.
-``mt_grpo_fix``    The RFC's fix, a turn-level baseline that does not count the trajectory's own future turns: the
-                   return to go ``G_t = Σ_{k=t}^{T−1} r_k + R`` normalised among the group's trajectories that reached
-                   turn index t. Same rewards, same per-turn credit; the baseline depends on the turn index alone.
+``mt_grpo_fix``    The RFC's fix as its title and summary state it ("a turn-level baseline that stays unbiased under
+                   variable turn counts"; the body that details it was not available here): the return to go
+                   ``G_t = Σ_{k=t}^{T−1} r_k + R`` normalised among the group's trajectories that reached turn index
+                   t. Same rewards, same per-turn credit; the baseline depends on the turn index alone.
 ``turn_grpo``      AgileRL's ``advantage_granularity="turn"`` (PR #522, ``GRPOAdvantageMixin``): each turn's own
                    reward ``ρ_t`` normalised among the group's trajectories that played turn t (std with n − 1,
                    ε = 1e-8, ``mean_only`` when ``norm`` is off); a turn only one trajectory of its group played
