@@ -1,7 +1,8 @@
 """agl_lab: Agent Lightning v1.0's per-rollout weighting (rollout-level advantage, per_rollout_mean, update cap)
 on real verl parts, in a Jupyter lab.
 
-``import agl_lab`` registers the ``per_rollout_mean`` and ``cispo_per_rollout_mean`` policy losses in verl's registry.
+``import agl_lab`` registers the ``per_rollout_mean`` and ``cispo_per_rollout_mean`` policy losses in verl's registry,
+and the per-turn advantage estimators (``mt_grpo``, ``mt_grpo_fix``, ``turn_grpo``) in its estimator registry.
 The package follows the data flow, one subpackage per stage:
 
 * ``agl_lab.core`` — the batch math on verl ``DataProto`` rows: grouping, trace aggregation, advantage, loss,
@@ -51,6 +52,7 @@ def _register_losses(core_algos: Any) -> None:
     # agl_lab.core.loss imports verl only where a loss runs or registers, so it may have loaded before verl's registry
     # did: register now (idempotent).
     importlib.import_module("agl_lab.core.loss").register_in_worker()
+    importlib.import_module("agl_lab.core.turn_estimators").register_turn_estimators()  # per-turn estimators
 
 
 wrapt.register_post_import_hook(_register_losses, "verl.trainer.ppo.core_algos")

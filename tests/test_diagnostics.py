@@ -139,3 +139,21 @@ def test_the_proposals_figure_draws_each_class_gap_and_ess():
     assert np.allclose([p.get_width() for p in middle.patches], table["gap"])
     with pytest.raises(ValueError, match=r"the table has no rows for \['token-mean'\]"):
         plot_proposals(table, modes=["token-mean"])
+
+
+def test_per_turn_rewards_a_rollout_is_solved_by_its_outcome_not_its_first_turns_cost():
+    from agl_lab.core.aggregation import LLMCall, Rollout, aggregate
+
+    calls = [LLMCall([1], [5]), LLMCall([1, 5, 9], [6]), LLMCall([2], [7])]  # 2 trajectory rows: the 3rd rewrites
+    rollouts = [
+        Rollout("a", "q", calls, reward=1.0, turn_rewards=(-0.5, -0.5)),  # solved after 2 costly tries
+        Rollout("b", "q", calls[:1], reward=0.0),
+        Rollout("c", "q", calls[:2], 0.0, turn_rewards=(-0.5,)),
+    ]
+    rows, _ = aggregate(rollouts, level="trajectory", max_prompt_length=8, max_response_length=8)  # fmt: skip
+    cfg = short_run_config(dotlist=["algorithm.adv_estimator=mt_grpo_fix", "lab.turn_cost=0.5",
+                                    "algorithm.enable_rollout_level_advantage=false"])  # fmt: skip
+    table = batch_diagnostics(rows, cfg, modes=["seq-mean-token-mean"])
+    # a's first row holds -0.5 - 0.5 (its first two turns), its last row the outcome 1: solved; b and c failed
+    assert table.loc[0, "solve_by_trajectory"] == pytest.approx(1 / 3)
+    assert table.loc[0, "mean_rows_solved"] == 2 and table.loc[0, "mean_rows_failed"] == 1

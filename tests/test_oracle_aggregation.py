@@ -372,3 +372,22 @@ def test_difference_ids_need_not_be_strings():
     )
     assert rows.non_tensor_batch["rollout_id_list"].tolist() == [3, 4]
     assert rows.non_tensor_batch["data_id_list"].tolist() == [("d", 0), ("d", 0)]
+
+
+def test_difference_per_turn_rewards_are_agl_labs_own():
+    # Three calls: the second continues the first (observation 9), the third starts over: two trajectory rows
+    calls = [([1], [2], None), ([1, 2, 9], [3], None), ([5], [6], None)]
+    how = HOW | {"max_prompt_length": 8, "max_response_length": 8}
+    theirs, _ = agl_direct(_one(reward=1.0, calls=calls), how)
+    # Agent Lightning gives every row the rollout's final reward, on its last response token
+    assert theirs.batch["token_level_scores"].float().sum(dim=-1).tolist() == [1.0, 1.0]
+    # agl_lab without turn rewards: the same rows (per_turn is the default placement)
+    _compare(lab_aggregate(_one(reward=1.0, calls=calls), False, how), (theirs, _))
+    # with them (lab-only): each call's intermediate reward on its own last token, the outcome on the last call's ...
+    rollout = [Rollout("r", "d", [LLMCall(p, r) for p, r, _ in calls], 1.0, turn_rewards=(-0.25, -0.5))]
+    per_turn, _ = aggregate(rollout, level="trajectory", max_prompt_length=8, max_response_length=8)
+    assert per_turn.batch["token_level_scores"].float()[:, :3].tolist() == [[-0.25, 0.0, -0.5], [1.0, 0.0, 0.0]]
+    # ... or summed into the return on every row, one reward per rollout as Agent Lightning carries it
+    summed, _ = aggregate(rollout, level="trajectory", max_prompt_length=8, max_response_length=8,
+                          turn_reward_placement="summed")  # fmt: skip
+    assert summed.batch["token_level_scores"].float().sum(dim=-1).tolist() == [0.25, 0.25]

@@ -146,3 +146,19 @@ def test_bad_seed_counts_and_names_are_refused_before_anything_runs(tmp_path):
     with pytest.raises(ValueError, match=r"unknown experiment 'nope'; choose one of \['row-split', 'length-bias'"):
         run_reproduction("nope", out_dir=tmp_path / "x")
     assert not (tmp_path / "x").exists() and reproduce.ZERO_TOL == 1e-9
+
+
+def test_turn_index_bias_runs_tiny_and_writes_its_report(tmp_path):
+    out = tmp_path / "reproduce-turn-index-bias"
+    tiny = [*TINY_RUN, "lab.wandb_mode=disabled"]
+    result = run_reproduction("turn-index-bias", pilot_seeds=2, max_seeds=2, out_dir=out, dotlist=tiny,
+                              executor="serial", progress=False)  # fmt: skip
+    assert result.sweep.cells["status"].tolist() == ["done"] * 8 and result.seeds == [0, 1]
+    assert result.checks["metric"].tolist() == ["lab/mean_turns"] * 2 and len(result.shown) == 9
+    table = result.sweep.table
+    # per-turn credit ran where it was asked for (its metrics), rollout-level advantage elsewhere
+    per_turn = set(table.loc[table.metric == "training/turn_level_advantage/n_turns", "setting"])
+    assert per_turn == {"mt_grpo", "mt_grpo_fix", "turn_grpo"}
+    assert set(table.loc[table.metric == "training/rollout_level_advantage/n_rows", "setting"]) == {"rollout_level"}
+    report = (out / "report.md").read_text()
+    assert report.startswith("# Reproduction `turn-index-bias`: ") and "verl RFC #7244" in report

@@ -174,3 +174,29 @@ def test_the_longest_rows_are_what_the_config_doctor_assumes(rewrite_prob):
             assert prompt == bounds["trajectory_prompt"]
         if level == "transition" and rewrite_prob == 0.0:  # the last call sees the whole context
             assert prompt == bounds["transition_prompt"] and response == bounds["transition_response"]
+
+
+def test_a_wrong_guess_that_earns_another_try_costs_lab_turn_cost():
+    task = lock_task(n_locks=4, max_turns=3, rewrite_prob=0.0, seed=1, turn_cost=0.25)
+    wrong, right = f"c{(task.codes[0] + 1) % 4}", f"c{task.codes[0]}"
+    failed, _ = play(task, 0, [wrong, wrong, wrong])
+    assert failed.turn_rewards == [-0.25, -0.25]  # the last call earns no try: the outcome 0 is its reward
+    solved, _ = play(task, 0, [wrong, right])
+    assert solved.turn_rewards == [-0.25] and solved.success  # return 1 - 0.25
+    assert play(lock_task(n_locks=4, max_turns=3, seed=1), 0, [wrong, right])[0].turn_rewards == [-0.0]
+    with pytest.raises(ValueError, match=r"lab.turn_cost must be a number in \[0, 1\] \(0: off\), got 2"):
+        lock_task(turn_cost=2)
+
+
+def test_rollouts_carry_the_turn_costs_only_when_they_are_on():
+    plain, _ = rollouts_of(rewrite_prob=0.3)
+    assert all(r.turn_rewards is None for r in plain)  # lab.turn_cost=0: Agent Lightning's one reward per rollout
+    cfg = compose_config()
+    task = lock_task(n_locks=4, max_turns=3, rewrite_prob=0.3, seed=0, turn_cost=0.5)
+    sampling = SamplingParams(n=4, max_new_tokens=3, temperature=1.0, top_k=-1, top_p=1.0)
+    costly, _ = collect_rollouts(build_policy(cfg, words=task.words()), task, step=1, items=[0, 1, 2, 3],
+                                 sampling=sampling, generator=torch.Generator().manual_seed(0))  # fmt: skip
+    for with_cost, without in zip(costly, plain, strict=True):  # the same episodes, now with their costs
+        assert with_cost.calls == without.calls and with_cost.reward == without.reward
+        assert with_cost.turn_rewards == (-0.5,) * (len(with_cost.calls) - 1)
+    assert make_task("lock", size=3, max_turns=2, rewrite_prob=0.1, seed=0, turn_cost=0.1).turn_cost == 0.1

@@ -420,3 +420,28 @@ def test_loss_scale_of_the_seed_example_per_mode():
             ],
         )
         assert loss_scale(kept, mode_cfg) == pytest.approx(total), mode
+
+
+def test_per_turn_estimators_weigh_like_every_mode_and_refuse_rollout_level_advantage():
+    from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
+
+    knobs = SyntheticKnobs(n_prompts=4, rollouts_per_prompt=4, calls="uniform", min_calls=1, max_calls=3,
+                           break_prob=0.4, turn_rewards="per_turn", turn_reward_mean=-0.25, turn_reward_spread=0.25,
+                           seed=3)  # fmt: skip
+    rows, _ = synthetic_rows(knobs)
+    for estimator in ("mt_grpo", "mt_grpo_fix", "turn_grpo"):
+        cfg = compose_config(dotlist=[f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=1",
+                                      "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+                                      "algorithm.enable_rollout_level_advantage=false"])  # fmt: skip
+        result, _ = analyze_weighting(rows, cfg)  # rollout-level advantage off alone: it refuses per-turn credit
+        assert set(result.rollouts["rollout_level"]) == {False}
+        # a rollout's mass under per_rollout_mean ÷ rows is what the trainer's steps 1-5 give it (its normalized
+        # advantages, summed): the weighting reads the same per-turn advantages the trainer trains on
+        trained, _ = prepare_batch(rows, cfg)
+        sums = (trained.batch["advantages"].double() * trained.batch["response_mask"]).sum(dim=-1).numpy()
+        ids = trained.non_tensor_batch["rollout_id_list"]
+        expected = {rid: sums[ids == rid].sum() for rid in result.rollout_groups.ids}
+        masses = [expected[rid] for rid in result.rollout_groups.ids]
+        np.testing.assert_allclose(result.rollout_mass("per_rollout_mean:rows", False), masses, rtol=1e-5, atol=1e-7)
+        with pytest.raises(ValueError, match="needs every row of a rollout to carry the same reward"):
+            analyze_weighting(rows, cfg, rollout_levels=(True,))

@@ -40,10 +40,12 @@ from agl_lab.config.settings import (
 )
 from agl_lab.config.task_rows import row_limit_problem
 from agl_lab.config.tree import INTERPOLATION, leaves
+from agl_lab.config.turn_checks import turn_credit_findings
 from agl_lab.config.verl_features import feature_for, verl_notes, verl_problems
 from agl_lab.core.aggregation import TRACE_LEVELS
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, PER_ROLLOUT_MEAN_LOSS_MODE
 from agl_lab.core.row_weights import SESSION_EQUAL
+from agl_lab.core.turn_estimators import is_turn_estimator
 
 __all__ = [
     "TRAINERS",
@@ -87,6 +89,7 @@ def diagnose(cfg: DictConfig, *, trainer: str = "lab", composed: bool = False) -
     findings += value_findings(cfg, get)
     findings += _pair(get)
     findings += _algorithm(get)
+    findings += turn_credit_findings(get, trainer=trainer)  # per-turn estimators (agl_lab.config.turn_checks)
     findings += [problem] if (problem := verl_actor_problem(get)) else []
     findings += [Finding("error", key, message, fix) for key, message, fix in verl_problems(cfg)]
     findings += [Finding("note", key, message, fix) for key, message, fix in verl_notes(cfg)]
@@ -207,7 +210,7 @@ def _pair(get) -> list[Finding]:
                 f"set {LOSS_MODE}={PER_ROLLOUT_MEAN_LOSS_MODE} (or {PAIR_ADV}=false for plain verl)",
             )
         ]
-    if per_rollout and not rollout_level:
+    if per_rollout and not rollout_level and not is_turn_estimator(get(ADV)):  # per-turn groups by turn, not row
         return [
             Finding(
                 "warning",

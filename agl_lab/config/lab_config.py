@@ -53,6 +53,11 @@ class LabConfig:
     # Chance that the environment rewrites the context after a wrong guess instead of appending to it: the next
     # prompt then does not continue the previous one, so the trajectory-level aggregator starts a new row.
     rewrite_prob: float = _field(0.3, low=0.0, high=1.0)
+    # Per-turn rewards (agl_lab only; Agent Lightning gives a rollout one reward): a wrong guess that earns another try
+    # costs this much, an intermediate reward of -turn_cost on that call (a success after k tries: 1 - (k-1)*cost).
+    # 0 = off: one reward per rollout. Rows carry it per turn under a per-turn estimator (algorithm.adv_estimator=
+    # mt_grpo, mt_grpo_fix, turn_grpo), else summed into the rollout's reward (agl_lab.core.turn_rewards).
+    turn_cost: float = _field(0.0, low=0.0, high=1.0)
     # A local Hugging Face causal-LM folder with its tokenizer for the policy (Qwen2, Llama, ..., a finished run's
     # policy/); the task's prompts then go through its tokenizer and chat template (agl_lab.training.local_model).
     # null = the tiny default, unless actor_rollout_ref.model.path is a local folder. Nothing is ever downloaded.

@@ -16,7 +16,8 @@ tokens and the row is flagged ``is_drop_mask`` (removed by the trainer, ``traini
 response over ``max_response_length`` — or over ``max_total_length`` minus the (cut) prompt, Agent Lightning
 1.0.2's ``trajectory_max_total_length`` — keeps its first tokens (``training/n_truncated_sample``); a row with no
 trainable token is skipped (``training/n_skipped_empty_rows``). Every row carries its rollout's reward (bf16) on
-its last response token, and is padded to exactly ``max_prompt_length`` + ``max_response_length`` tokens, as
+its last response token (a rollout's per-turn rewards, a lab extension, go where ``turn_reward_placement`` says:
+:mod:`agl_lab.core.turn_rewards`), and is padded to exactly ``max_prompt_length`` + ``max_response_length`` tokens, as
 Agent Lightning pads (so verl's ``*/clip_ratio`` metrics agree; the short-run preset keeps the limits small).
 ``pad_to="longest"`` pads to the longest row instead, for study batches whose limits are far above their rows
 (the synthetic generator: 10k rows × 10,240 columns would not fit in memory); masks and weights are the same.
@@ -35,6 +36,7 @@ from omegaconf import DictConfig
 from verl import DataProto
 
 from agl_lab.core.rows import build_rows
+from agl_lab.core.turn_rewards import add_extra_rewards, check_turn_rewards, place_rewards
 
 __all__ = ["MISMATCH_LIMIT", "TRACE_LEVELS", "LLMCall", "Rollout", "aggregate", "aggregation_limits"]
 
@@ -58,7 +60,8 @@ class Rollout:
     """One agent episode on one dataset item: its calls in order and its final reward (None: none was given).
 
     ``step`` and ``sample_idx_in_step`` (the dataset item's index in its step) order the rollouts as Agent
-    Lightning's store does; rollouts with equal keys keep their input order.
+    Lightning's store does; rollouts with equal keys keep their input order. ``turn_rewards`` (agl_lab only, None:
+    Agent Lightning's one reward): the intermediate reward after each call another follows (:mod:`~.turn_rewards`).
     """
 
     rollout_id: Any
@@ -67,6 +70,7 @@ class Rollout:
     reward: float | None = None
     step: int = 0
     sample_idx_in_step: int = 0
+    turn_rewards: Sequence[float] | None = None
 
 
 @dataclass
@@ -77,6 +81,7 @@ class _Row:
     response: list[int]
     mask: list[int]
     log_probs: list[float] | None
+    turn_ends: list[tuple[int, int]] = field(default_factory=list)  # (call, its last response position) per call
 
 
 def aggregation_limits(cfg: DictConfig) -> dict[str, Any]:
@@ -115,6 +120,7 @@ def aggregate(
     reward_fillna_value: float = 0.0,
     pad_token_id: int = 0,
     pad_to: Literal["limits", "longest"] = "limits",
+    turn_reward_placement: str = "per_turn",
 ) -> tuple[DataProto, dict[str, Any]]:
     """Turn rollouts into verl rows and Agent Lightning's adapter metrics.
 
@@ -122,7 +128,8 @@ def aggregate(
     (rows, P + R), ``response_mask``, ``is_drop_mask``, ``token_level_scores`` (bf16; and ``rollout_log_probs``
     when every row has them), with P = ``max_prompt_length`` and R = ``max_response_length`` (the longest row's
     with ``pad_to="longest"``), and the non-tensor ``data_id_list``, ``rollout_id_list`` (and ``turn_index_list``
-    at the transition level).
+    at the transition level). ``turn_reward_placement``: ``per_turn`` or ``summed``, for rollouts with
+    ``turn_rewards`` (:mod:`agl_lab.core.turn_rewards`).
     """
     if level not in TRACE_LEVELS:
         raise ValueError(f"Unknown trace_aggregator_level: {level}")
@@ -142,6 +149,7 @@ def aggregate(
     n_mismatch = n_unmerged = n_with_reward = n_with_trace = 0
     for rollout in rollouts:
         n_with_reward += rollout.reward is not None
+        check_turn_rewards(rollout)
         if not rollout.calls:
             warnings.warn(f"No triplets found for training rollout {rollout.rollout_id}, skipping.", stacklevel=2)
             continue
@@ -163,11 +171,13 @@ def aggregate(
     if any(with_log_probs) and not all(with_log_probs):
         warnings.warn("Mixed rollout log_probs availability, omitting rollout_log_probs from batch.", stacklevel=2)
     rewards = [_reward(r, reward_fillna_value) for r in rollouts]
+    outcomes = [_reward(row.rollout, reward_fillna_value) for row, _ in kept]
+    row_rewards, extra = place_rewards([row for row, _ in kept], outcomes, placement=turn_reward_placement)
     batch = build_rows(
         prompts=[row.prompt for row, _ in kept],
         responses=[row.response for row, _ in kept],
         response_masks=[row.mask for row, _ in kept],
-        rewards=[_reward(row.rollout, reward_fillna_value) for row, _ in kept],
+        rewards=row_rewards,
         rollout_ids=[row.rollout.rollout_id for row, _ in kept],
         data_ids=[row.rollout.data_id for row, _ in kept],
         is_drop=[drop for _, drop in kept],
@@ -177,6 +187,7 @@ def aggregate(
         prompt_width=int(max_prompt_length) if pad_to == "limits" else None,
         response_width=int(max_response_length) if pad_to == "limits" else None,
     )
+    add_extra_rewards(batch.batch["token_level_scores"], extra)
     metrics: dict[str, Any] = {
         "training/reward": float(np.mean(rewards)) if rewards else 0.0,
         "training/n_sample": len(kept),
@@ -205,6 +216,7 @@ def _row(rollout: Rollout, turn: int, call: LLMCall) -> _Row:
         response=response,
         mask=[1] * len(response),
         log_probs=None if call.log_probs is None else [float(x) for x in call.log_probs],
+        turn_ends=[(turn, len(response) - 1)],
     )
 
 
@@ -220,6 +232,7 @@ def _merge(rollout: Rollout) -> tuple[list[_Row], int]:
             observation = nxt.prompt[len(context) :]  # tool output / template text: context, not trainable
             current.response += observation + nxt.response
             current.mask += [0] * len(observation) + nxt.mask
+            current.turn_ends.append((turn, len(current.response) - 1))
             if current.log_probs is not None:
                 # a call without log-probs (or with the wrong count) leaves the whole row without them
                 usable = nxt.log_probs is not None and len(nxt.log_probs) == len(nxt.response)

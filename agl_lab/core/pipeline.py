@@ -4,7 +4,8 @@
 2. mini-batch alignment and ``max_ppo_update_times``            (:func:`agl_lab.apply_update_cap`)
    — here the trainer computes old log-probs (the lab trainer does; this module does not) —
 3. ``token_level_rewards`` = scores (or scores − β·KL with ``algorithm.use_kl_in_reward``)
-4. advantage: rollout-level (``algorithm.enable_rollout_level_advantage``) or verl's ``compute_advantage``
+4. advantage: rollout-level (``algorithm.enable_rollout_level_advantage``), per-turn for a per-turn estimator
+   (:mod:`agl_lab.core.turn_advantage`, a lab extension) or verl's ``compute_advantage``
 5. ``per_rollout_mean`` / ``cispo_per_rollout_mean``: advantages divided by rollout tokens × rows (or × rollouts,
    ``lab.per_rollout_divisor``); verl PR #7580's ``session_equal`` / ``partition_preserving`` (proposed): each row's
    ``loss_weight`` (mean 1 over the step's rows) multiplies its advantages and is kept as ``batch["loss_weight"]`` for
@@ -36,6 +37,8 @@ from agl_lab.core.groups import as_arrays, group_rows
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, normalize_advantages_by_rollout
 from agl_lab.core.row_weights import LOSS_WEIGHT, ROW_WEIGHTED_LOSS_MODES, weighted_advantages
 from agl_lab.core.rows import require_finite_rows, require_matrix
+from agl_lab.core.turn_advantage import compute_turn_level_advantage, rollout_level_problem
+from agl_lab.core.turn_estimators import is_turn_estimator
 from agl_lab.core.update_cap import EmptyBatchWarning, marked_rows_kept, plan_update_cap
 
 __all__ = [
@@ -43,6 +46,7 @@ __all__ = [
     "Selection",
     "advantage_kwargs",
     "compute_advantages",
+    "estimate_advantages",
     "mini_batch_rows",
     "normalize_for_loss",
     "plan_selection",
@@ -157,12 +161,10 @@ def compute_advantages(
         batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
     metrics.update(_rollout_correction(batch, algorithm))
 
-    adv_kwargs = advantage_kwargs(cfg)
-    if algorithm.enable_rollout_level_advantage:
-        batch, rollout_metrics = compute_rollout_level_advantage(batch, **adv_kwargs)
-        metrics.update(rollout_metrics)
-    else:
-        batch = compute_advantage(batch, **adv_kwargs)
+    batch, estimator_metrics = estimate_advantages(
+        batch, cfg, rollout_level=bool(algorithm.enable_rollout_level_advantage)
+    )
+    metrics.update(estimator_metrics)
 
     metrics.update(_group_metrics(batch))
     metrics["critic/n_transition_after_dropping"] = len(batch)
@@ -191,6 +193,19 @@ def normalize_for_loss(batch: DataProto, cfg: DictConfig) -> DataProto:
             batch.batch["advantages"], batch.batch["response_mask"], rollout_ids, mode=loss_mode
         )
     return batch
+
+
+def estimate_advantages(batch: DataProto, cfg: DictConfig, *, rollout_level: bool) -> tuple[DataProto, dict[str, Any]]:
+    """Step 4 alone: rollout-level advantage, per-turn advantage (a per-turn estimator,
+    :mod:`agl_lab.core.turn_advantage`) or verl's ``compute_advantage`` on every row; with that path's metrics."""
+    adv_kwargs = advantage_kwargs(cfg)
+    if problem := rollout_level_problem(cfg.algorithm.adv_estimator, rollout_level):
+        raise ValueError(": ".join(problem))
+    if rollout_level:
+        return compute_rollout_level_advantage(batch, **adv_kwargs)
+    if is_turn_estimator(cfg.algorithm.adv_estimator):
+        return compute_turn_level_advantage(batch, **adv_kwargs)
+    return compute_advantage(batch, **adv_kwargs), {}
 
 
 def advantage_kwargs(cfg: DictConfig) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from verl.trainer.ppo.ray_trainer import compute_response_mask
 from agl_lab.config.modes import LOSS_MODES, weighing_mode
 from agl_lab.core.pipeline import compute_advantages
 from agl_lab.core.rows import require_fields
+from agl_lab.core.turns import last_turn_values
 from agl_lab.core.update_cap import drop_marked_rows
 from agl_lab.lab.loss_scale import token_layout
 from agl_lab.lab.row_diagnostics import COLUMNS, INFLUENCE_COLUMNS, PREFIX, RowView, check_modes
@@ -102,5 +103,6 @@ def _view(batch: DataProto, cfg: DictConfig) -> RowView:
     mask = batch.batch["response_mask"].double()  # (rows, R)
     tokens = mask.sum(dim=-1).clamp_min(1.0)  # (rows,)
     advantage = ((batch.batch["advantages"].double() * mask).sum(dim=-1) / tokens).numpy()  # (rows,)
-    reward = batch.batch["token_level_scores"].double().sum(dim=-1).numpy()  # (rows,)
+    # the row's last turn: on a rollout's last row its outcome, under per-turn rewards and Agent Lightning's alike
+    reward = last_turn_values(batch.batch["token_level_scores"], batch.batch["response_mask"]).numpy()  # (rows,)
     return RowView(layout, advantage, reward)

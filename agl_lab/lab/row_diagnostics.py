@@ -71,8 +71,8 @@ class RowView:
         self.advantage = np.asarray(advantage, dtype=np.float64)  # (rows,) mean advantage per trainable token
         codes = layout.rollout  # (rows,) dense rollout codes
         self.rows = np.bincount(codes)  # (rollouts,) k
-        first = np.unique(codes, return_index=True)[1]  # (rollouts,) each rollout's first row
-        self.solved = np.asarray(reward)[first] > 0  # (rollouts,): every row of a rollout carries its reward
+        last = len(codes) - 1 - np.unique(codes[::-1], return_index=True)[1]  # (rollouts,) each rollout's last row
+        self.solved = np.asarray(reward)[last] > 0  # (rollouts,): its last row holds its outcome (per-turn rewards too)
         self._weights: dict[str, np.ndarray] = {}
 
     def row_mass(self, mode: str) -> np.ndarray:

@@ -11,7 +11,12 @@ the ``trajectory`` level the calls merge into one row. With probability ``break_
 sees a rewritten context (the task prompt and a summary): its prompt no longer continues the row, and
 trace aggregation starts a new row there. Rollouts therefore become 1..calls rows, and with
 ``calls="success"`` failing rollouts take more calls and so split into more rows: the case the
-per-rollout settings exist for. Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
+per-rollout settings exist for.
+
+Per-turn rewards (a lab extension, off by default): with ``turn_rewards`` ``per_turn`` or ``summed`` every call
+another call follows earns an intermediate reward drawn uniform in ``turn_reward_mean ± turn_reward_spread`` (its
+own seeded stream, so the episodes stay those of the same knobs without them), placed as
+:mod:`agl_lab.core.turn_rewards` says. Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
 """
 
 from __future__ import annotations
@@ -29,9 +34,11 @@ from verl import DataProto
 from agl_lab.core.advantage import rollout_level_metrics
 from agl_lab.core.aggregation import TRACE_LEVELS, LLMCall, Rollout, aggregate
 from agl_lab.core.rows import group_rows
+from agl_lab.core.turn_rewards import PLACEMENTS
 
 __all__ = [
     "CALL_PATTERNS",
+    "TURN_REWARDS",
     "SyntheticDraws",
     "SyntheticKnobs",
     "knob_range",
@@ -42,6 +49,7 @@ __all__ = [
 ]
 
 CALL_PATTERNS = ("fixed", "uniform", "geometric", "success")
+TURN_REWARDS = ("off", *PLACEMENTS)  # off: one reward per rollout (Agent Lightning's); else where they are placed
 
 # Token-id ranges kept apart so that a rewritten context can never continue the old one by accident.
 _SUMMARY_TOKEN = 2
@@ -80,6 +88,9 @@ class SyntheticKnobs:
     partial_credit: float = _knob(0.0, 0.0, 1.0)  # a failure earns uniform [0, partial_credit]; 0 = binary
     break_prob: float = _knob(0.2, 0.0, 1.0)  # chance a later call rewrites its context (new row, trajectory level)
     level: str = _knob("trajectory", choices=TRACE_LEVELS)  # agentlightning.trace_aggregator.level
+    turn_rewards: str = _knob("off", choices=TURN_REWARDS)  # per-turn rewards: off, per_turn or summed
+    turn_reward_mean: float = _knob(0.0, -1.0, 1.0)  # an intermediate reward is uniform in mean ± spread
+    turn_reward_spread: float = _knob(0.0, 0.0, 1.0)
     max_prompt_length: int = _knob(2048, 1, 1_000_000)  # longer prompts are cut and the row marked is_drop_mask
     max_response_length: int = _knob(8192, 1, 1_000_000)  # longer responses keep their first tokens
     seed: int = _knob(0, 0, 2**32 - 1)
@@ -92,6 +103,11 @@ class SyntheticKnobs:
                 raise ValueError(
                     f"SyntheticKnobs.{low} ({getattr(self, low)}) must be <= {high} ({getattr(self, high)})"
                 )
+        if self.turn_rewards == "per_turn" and self.level == "trajectory" and self.observation_tokens == 0:
+            raise ValueError(
+                "SyntheticKnobs.observation_tokens must be >= 1 for per-turn rewards at the trajectory level: a turn "
+                "is a run of trainable tokens, and calls with nothing between them merge into one"
+            )
 
 
 def knob_range(name: str) -> tuple[float | None, float | None]:
@@ -109,6 +125,7 @@ def synthetic_rows(knobs: SyntheticKnobs | None = None) -> tuple[DataProto, dict
         max_response_length=knobs.max_response_length,
         # The limits (2048 + 8192 by default) only cut rows here: padding 10k rows to them would take gigabytes.
         pad_to="longest",
+        turn_reward_placement="summed" if knobs.turn_rewards == "summed" else "per_turn",
     )
 
 
@@ -121,6 +138,7 @@ def synthetic_rollouts(knobs: SyntheticKnobs | None = None) -> list[Rollout]:
     draws = synthetic_draws(knobs)
     n_rollouts, rewards, n_calls = len(draws.rewards), draws.rewards, draws.n_calls
     response_lens, breaks = draws.response_lens, draws.breaks
+    call_rewards = None if draws.turn_rewards is None else draws.turn_rewards.tolist()
     response_ids, observation_ids = draws.response_ids.tolist(), draws.observation_ids.tolist()
     task_prompts = draws.task_prompts.tolist()
 
@@ -152,6 +170,8 @@ def synthetic_rollouts(knobs: SyntheticKnobs | None = None) -> list[Rollout]:
                 calls=calls,
                 reward=rewards[index],
                 sample_idx_in_step=prompt_index,
+                # the calls but the last earn their intermediate reward (None: off)
+                turn_rewards=None if call_rewards is None else tuple(call_rewards[call - len(calls) : call - 1]),
             )
         )
     return rollouts
@@ -168,6 +188,7 @@ class SyntheticDraws:
     response_ids: np.ndarray | None = None  # (Σ response_lens,)
     observation_ids: np.ndarray | None = None  # (calls × observation_tokens,)
     task_prompts: np.ndarray | None = None  # (prompts, prompt_tokens)
+    turn_rewards: np.ndarray | None = None  # (calls,) each call's intermediate reward (a rollout's last: unused)
 
 
 def synthetic_draws(knobs: SyntheticKnobs, *, token_ids: bool = True) -> SyntheticDraws:
@@ -180,12 +201,18 @@ def synthetic_draws(knobs: SyntheticKnobs, *, token_ids: bool = True) -> Synthet
     total_calls = int(n_calls.sum())
     response_lens = rng.integers(knobs.min_tokens, knobs.max_tokens + 1, total_calls)  # (calls,)
     breaks = rng.random(total_calls) < knobs.break_prob  # (calls,)
+    turn_rewards = None  # drawn from their own stream: the episodes do not depend on whether they are on
+    if knobs.turn_rewards != "off":
+        uniform = np.random.default_rng([knobs.seed, 1]).uniform(-1.0, 1.0, total_calls)  # (calls,)
+        turn_rewards = knobs.turn_reward_mean + knobs.turn_reward_spread * uniform
     if not token_ids:
-        return SyntheticDraws(rewards, n_calls, response_lens, breaks)
+        return SyntheticDraws(rewards, n_calls, response_lens, breaks, turn_rewards=turn_rewards)
     response_ids = rng.integers(*_RESPONSE_IDS, int(response_lens.sum()))
     observation_ids = rng.integers(*_OBSERVATION_IDS, total_calls * knobs.observation_tokens)
     task_prompts = rng.integers(*_TASK_IDS, (knobs.n_prompts, knobs.prompt_tokens))
-    return SyntheticDraws(rewards, n_calls, response_lens, breaks, response_ids, observation_ids, task_prompts)
+    return SyntheticDraws(
+        rewards, n_calls, response_lens, breaks, response_ids, observation_ids, task_prompts, turn_rewards
+    )
 
 
 def synthetic_history(knobs: SyntheticKnobs | None = None, *, success_probs: Sequence[float]) -> pd.DataFrame:

@@ -37,6 +37,10 @@ __all__ = ["fast_synthetic_rows"]
 def fast_synthetic_rows(knobs: SyntheticKnobs | None = None) -> tuple[CompactRows, dict[str, Any]]:
     """The rows :func:`agl_lab.lab.synthetic.synthetic_rows` makes for ``knobs``, as compact rows, and its metrics."""
     knobs = knobs or SyntheticKnobs()
+    if knobs.turn_rewards != "off":  # rewards placed per call: the rows' own sums, as aggregate() rounds them
+        raise ValueError(
+            "fast_synthetic_rows has no per-turn rewards (SyntheticKnobs.turn_rewards): use synthetic_rows"
+        )
     draws = synthetic_draws(knobs, token_ids=False)
     n_rollouts = len(draws.rewards)
     total_calls = len(draws.response_lens)

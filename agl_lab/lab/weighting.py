@@ -27,14 +27,14 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 from verl import DataProto
-from verl.trainer.ppo.ray_trainer import compute_advantage, compute_response_mask
+from verl.trainer.ppo.ray_trainer import compute_response_mask
 
 from agl_lab.config.modes import LOSS_MODES
 from agl_lab.core import weights as core_weights
-from agl_lab.core.advantage import compute_rollout_level_advantage
 from agl_lab.core.groups import group_rows
-from agl_lab.core.pipeline import advantage_kwargs, mini_batch_rows, plan_selection
+from agl_lab.core.pipeline import estimate_advantages, mini_batch_rows, plan_selection
 from agl_lab.core.rows import require_fields
+from agl_lab.core.turn_estimators import is_turn_estimator
 from agl_lab.core.update_cap import EmptyBatchWarning
 from agl_lab.lab.compact_rows import OUTCOME_ESTIMATORS, CompactRows, compact_rows
 from agl_lab.lab.loss_scale import layout_settings
@@ -55,7 +55,7 @@ def analyze_weighting(
     cfg: DictConfig,
     *,
     modes: Sequence[str] = tuple(LOSS_MODES),
-    rollout_levels: Sequence[bool] = (True, False),
+    rollout_levels: Sequence[bool] | None = None,
     seed: int | None = None,
     dp_size: int = 1,
 ) -> tuple[Weighting, dict[str, Any]]:
@@ -64,7 +64,8 @@ def analyze_weighting(
     ``cfg`` (a composed config) supplies the estimator, ``rollout.n``, ``ppo_mini_batch_size``,
     ``ppo_micro_batch_size_per_gpu``, ``loss_scale_factor``, ``max_ppo_update_times`` and ``lab.seed`` (``seed``
     overrides it); the loss-mode and rollout-level keys in it are ignored, since every requested combination is
-    computed. ``dp_size``: the data-parallel ranks of the update. ``rows`` is not modified. Returns the
+    computed: ``rollout_levels`` (default both; off alone for a per-turn estimator, which rollout-level advantage
+    refuses). ``dp_size``: the data-parallel ranks of the update. ``rows`` is not modified. Returns the
     :class:`Weighting` and the metrics of the drop and rollout-level steps. When the cap leaves no row the step
     would be skipped: weights are all 0 (an ``EmptyBatchWarning`` says so).
     """
@@ -76,6 +77,8 @@ def analyze_weighting(
             "the weighting analysis computes advantages without a KL penalty in the reward (it has no log-probs): "
             "set algorithm.use_kl_in_reward=false (Agent Lightning's examples do)"
         )
+    if rollout_levels is None:
+        rollout_levels = (False,) if is_turn_estimator(cfg.algorithm.adv_estimator) else (True, False)
     outcome = str(cfg.algorithm.adv_estimator) in OUTCOME_ESTIMATORS
     if isinstance(rows, CompactRows):
         if not outcome:
@@ -136,6 +139,8 @@ def _full(rows: DataProto) -> DataProto:
     non_tensors = {"rollout_id_list": compact.rollout_id}
     if compact.data_id is not None:
         non_tensors["data_id_list"] = compact.data_id
+    if "turn_index_list" in rows.non_tensor_batch:  # a rollout's turns in order, for per-turn estimators
+        non_tensors["turn_index_list"] = np.asarray(rows.non_tensor_batch["turn_index_list"], dtype=np.int64)
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=dict(rows.meta_info))
 
 
@@ -147,12 +152,7 @@ def _row_advantages(
         return np.zeros(0), {}
     work = DataProto(batch=batch.batch.copy(), non_tensor_batch=dict(batch.non_tensor_batch), meta_info={})
     work.batch["token_level_rewards"] = work.batch["token_level_scores"]
-    kwargs = advantage_kwargs(cfg)
-    metrics: dict[str, Any] = {}
-    if rollout_level:
-        work, metrics = compute_rollout_level_advantage(work, **kwargs)
-    else:
-        work = compute_advantage(work, **kwargs)
+    work, metrics = estimate_advantages(work, cfg, rollout_level=rollout_level)  # rollout-level, per-turn or verl's
     mask = work.batch["response_mask"]  # (kept, R): R = 1 for compact rows
     if outcome:
         return work.batch["advantages"][:, 0].double().numpy(), metrics

@@ -158,7 +158,7 @@ class Weighting:
             "rows": self.rollout_groups.sizes,
             "rows_kept": self.rows_kept,
             "tokens_kept": self.tokens_kept.astype(np.int64),
-            "reward": self.compact.reward[self.rollout_groups.first_rows],
+            "reward": self.compact.reward[self._last_rows],  # every row's, or the outcome (per-turn, transition)
             "mini_batches": self._spread,
         }
         parts = []
@@ -170,6 +170,12 @@ class Weighting:
                      "mass": v.mass, "share": v.share, "relative_weight": v.relative_weight}
                 )  # fmt: skip
         return _concat(parts, self.rollout_groups.n_groups)
+
+    @cached_property
+    def _last_rows(self) -> np.ndarray:
+        """(rollouts,) each rollout's last row: its outcome's under per-turn rewards, its reward's like any other."""
+        codes = self.rollout_groups.codes
+        return len(codes) - 1 - np.unique(codes[::-1], return_index=True)[1]
 
     @cached_property
     def totals(self) -> pd.DataFrame:

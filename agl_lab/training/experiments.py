@@ -70,6 +70,14 @@ _PROPOSALS = {
 }
 _UNWEIGHTED = "seq-mean-token-mean"
 _GAP, _ESS, _COSINE = "lab/diagnostics/gap", "lab/diagnostics/ess_fraction", "lab/diagnostics/adv_cosine"
+# turn-index-bias: per-turn credit (rollout-level off) beside rollout-level advantage, one loss for all
+_RFC_7244 = "https://github.com/verl-project/verl/issues/7244"
+_TURNS = {
+    name: (*_mode("per_rollout_mean:rows", rollout_level=name == "rollout_level"), f"algorithm.adv_estimator={est}")
+    for name, est in (("mt_grpo", "mt_grpo"), ("mt_grpo_fix", "mt_grpo_fix"), ("rollout_level", "grpo"),
+                      ("turn_grpo", "turn_grpo"))
+}  # fmt: skip
+_TURNS_PER_ROLLOUT = "lab/mean_turns"
 
 
 # The lock task reads only an answer's first word, so its length is free up to the per-call budget; the short-run
@@ -201,6 +209,39 @@ EXPERIMENTS: dict[str, Experiment] = {
             "rollout's calls merge into one row unless the lock task rewrites its context). Rollout-level advantage "
             "is on in every setting (the PR's session-aware advantage), so only the weighting differs. Success is "
             "compared with rliable (IQM and probability of improvement).",
+        ),
+        Experiment(
+            "turn-index-bias",
+            "MT-GRPO-style per-turn-index normalisation, aggregated over a trajectory, subtracts a baseline with as "
+            "many terms as the trajectory has turns left: a hidden bonus of −E[intermediate reward] on every further "
+            "turn. Under a per-turn cost the cost normalises away, so rollouts take more turns than under the RFC's "
+            "fix (a turn-level baseline on the return to go) or rollout-level advantage, on the same rewards.",
+            f"verl RFC #7244 (open; {_RFC_7244}); MT-GRPO, Zeng, Wei et al. 2025, arXiv:2505.11821",
+            _TURNS,
+            (
+                Check("mt_grpo", _TURNS_PER_ROLLOUT, "higher", "last_20pct", baseline="mt_grpo_fix"),
+                Check("mt_grpo", _TURNS_PER_ROLLOUT, "higher", "last_20pct", baseline="rollout_level"),
+            ),
+            shown=(
+                Check("mt_grpo_fix", _TURNS_PER_ROLLOUT, "none", "last_20pct", baseline="rollout_level"),
+                Check("turn_grpo", _TURNS_PER_ROLLOUT, "none", "last_20pct", baseline="mt_grpo_fix"),
+                *(Check(s, _TURNS_PER_ROLLOUT, "none", "last_minus_first") for s in _TURNS),
+                *(
+                    Check(s, SUCCESS, "none", "last_20pct", baseline="rollout_level")
+                    for s in _TURNS
+                    if s != "rollout_level"
+                ),
+            ),
+            dotlist=("lab.turn_cost=0.25", "lab.cap_drop_unit=rollout"),
+            note="lab.turn_cost=0.25: a wrong guess that earns another try costs 0.25 (an intermediate reward of −0.25 "
+            "on that call), so a success after k tries returns 1 − 0.25·(k − 1). Under a per-turn estimator "
+            "(rollout-level advantage off) the rewards sit on each call (agl_lab.core.turn_rewards: per_turn); under "
+            "rollout_level (verl's grpo, Agent Lightning's default path) each rollout's rows carry its return. Every "
+            "trajectory at a turn index pays the same cost, so mt_grpo's per-index normalisation makes it 0; "
+            "mt_grpo_fix normalises the return to go per turn index and keeps it. Loss per_rollout_mean ÷ rows and "
+            "GRPO's std normalisation in every setting; lab.cap_drop_unit=rollout keeps every rollout's turns whole "
+            "(the doctor warns about per-row drops with per-turn credit). turn_grpo (AgileRL's turn granularity) is "
+            "shown, not claimed. Turns = LLM calls per rollout (lab/mean_turns); drift = its last 20% minus first 20%.",
         ),
     )
 }

@@ -98,6 +98,7 @@ def collect_rollouts(
                 reward=1.0 if episode.success else 0.0,
                 step=step,
                 sample_idx_in_step=j // sampling.n,
+                turn_rewards=tuple(episode.turn_rewards) if task.turn_cost else None,  # lab.turn_cost: off when 0
             )
         )
     turns = np.array([episode.turns for episode in episodes])

@@ -17,6 +17,7 @@ from verl import DataProto
 
 from agl_lab.core.aggregation import aggregate, aggregation_limits
 from agl_lab.core.pipeline import select_rows
+from agl_lab.core.turn_rewards import placement_for
 from agl_lab.training.policy import Policy, build_policy, score
 from agl_lab.training.rollout import collect_rollouts, sampling_params
 from agl_lab.training.tasks import make_task
@@ -28,7 +29,7 @@ def sample_step_batch(cfg: DictConfig, *, step: int = 1, policy: Policy | None =
     """The kept rows of one step (``data.train_batch_size`` items × ``rollout.n`` rollouts) and the policy."""
     lab = cfg.lab
     task = make_task(lab.task, size=lab.task_size, max_turns=lab.max_turns, rewrite_prob=lab.rewrite_prob,
-                     seed=int(lab.seed))  # fmt: skip
+                     seed=int(lab.seed), turn_cost=lab.turn_cost)  # fmt: skip
     policy = policy if policy is not None else build_policy(cfg, words=task.words())
     seed = int(np.random.SeedSequence([int(lab.seed), 7, step]).generate_state(1)[0])
     generator = torch.Generator(device=policy.device).manual_seed(seed)
@@ -36,7 +37,9 @@ def sample_step_batch(cfg: DictConfig, *, step: int = 1, policy: Policy | None =
     rollouts, _ = collect_rollouts(
         policy, task, step=step, items=items, sampling=sampling_params(cfg), generator=generator
     )
-    rows, _ = aggregate(rollouts, **aggregation_limits(cfg), pad_token_id=policy.pad_token_id)
+    placement = placement_for(cfg)  # where lab.turn_cost's per-turn rewards go
+    rows, _ = aggregate(rollouts, **aggregation_limits(cfg), pad_token_id=policy.pad_token_id,
+                        turn_reward_placement=placement)  # fmt: skip
     batch, _ = select_rows(rows, cfg, seed=seed)
     return batch, policy
 

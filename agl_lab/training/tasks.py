@@ -13,6 +13,11 @@ the turns into one row. With probability ``lab.rewrite_prob`` it instead rewrite
 summary (``lock L3 tried c1 c5 try``) that does not continue the old one: the aggregator closes the row
 and starts a new one (a merge mismatch). At the transition level every call is a row anyway.
 
+Per-turn rewards (``lab.turn_cost``, off by default; a lab extension): a wrong guess that earns another try costs
+``turn_cost``, an intermediate reward of ``−turn_cost`` on that call (:attr:`Episode.turn_rewards`); the rollout's
+reward stays its outcome, so a success after k tries returns ``1 − (k − 1)·turn_cost``. The last call of a
+failure earns no try and costs nothing: the outcome 0 is its reward.
+
 Everything random here (codes, items, rewrites) comes from ``numpy.random.default_rng`` seeded with
 ``(seed, step, ...)``, so a seed fixes every episode the environment can produce. The tiny default
 policy learns the code table from scratch within the default run. Notebook:
@@ -55,7 +60,9 @@ class Episode:
     max_turns: int
     rewrite_prob: float
     rng: np.random.Generator
+    turn_cost: float = 0.0
     guesses: list[str] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)  # -turn_cost per call another one follows
     done: bool = False
     success: bool = False
     rewrites: int = 0
@@ -80,6 +87,7 @@ class Episode:
         self.done = self.success or self.turns >= self.max_turns
         if self.done:
             return Turn(done=True, success=self.success)
+        self.turn_rewards.append(-float(self.turn_cost))
         # Draw the rewrite for every continuing turn, so one episode's draws do not depend on the others'.
         if self.rng.random() < self.rewrite_prob:
             self.rewrites += 1
@@ -89,7 +97,8 @@ class Episode:
 
 @dataclass(frozen=True)
 class LockTask:
-    """The combination-lock task: ``n_locks`` locks, ``max_turns`` tries, context rewrites with ``rewrite_prob``.
+    """The combination-lock task: ``n_locks`` locks, ``max_turns`` tries, context rewrites with ``rewrite_prob``, a
+    cost of ``turn_cost`` per wrong guess that earns another try (0: no per-turn rewards).
 
     Its defaults are the ``lab:`` section's (``agl_lab.LabConfig``); :func:`make_task` passes them.
     """
@@ -98,6 +107,7 @@ class LockTask:
     max_turns: int
     rewrite_prob: float
     seed: int
+    turn_cost: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.n_locks, bool) or not isinstance(self.n_locks, int) or self.n_locks < 2:
@@ -106,6 +116,8 @@ class LockTask:
             raise ConfigError(f"lab.max_turns must be an integer >= 1, got {self.max_turns!r}")
         if not 0.0 <= float(self.rewrite_prob) <= 1.0:
             raise ConfigError(f"lab.rewrite_prob must be a probability in [0, 1], got {self.rewrite_prob!r}")
+        if not 0.0 <= float(self.turn_cost) <= 1.0:
+            raise ConfigError(f"lab.turn_cost must be a number in [0, 1] (0: off), got {self.turn_cost!r}")
 
     @functools.cached_property
     def codes(self) -> np.ndarray:
@@ -130,16 +142,21 @@ class LockTask:
             max_turns=self.max_turns,
             rewrite_prob=float(self.rewrite_prob),
             rng=np.random.default_rng([self.seed, 2, step, index]),
+            turn_cost=float(self.turn_cost),
         )
 
 
-def make_task(name: str, *, size: int, max_turns: int, rewrite_prob: float, seed: int) -> LockTask:
+def make_task(
+    name: str, *, size: int, max_turns: int, rewrite_prob: float, seed: int, turn_cost: float = 0.0
+) -> LockTask:
     """The task called ``name`` (``lab.task``), with the ``lab:`` knobs; an unknown name lists the known ones."""
     if name not in TASKS or name not in _TASK_CLASSES:
         near = difflib.get_close_matches(str(name), TASKS, n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         raise ConfigError(f"lab.task: unknown task {name!r}{hint}; use one of: {', '.join(TASKS)}")
-    return _TASK_CLASSES[name](n_locks=size, max_turns=max_turns, rewrite_prob=rewrite_prob, seed=seed)
+    return _TASK_CLASSES[name](
+        n_locks=size, max_turns=max_turns, rewrite_prob=rewrite_prob, seed=seed, turn_cost=turn_cost
+    )
 
 
 # The class of each task name of ``agl_lab.config.lab_config.TASKS`` (a test checks that both list the same names).

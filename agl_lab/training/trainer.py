@@ -43,6 +43,7 @@ from verl.trainer.ppo.core_algos import agg_loss, get_kl_controller
 
 from agl_lab.core.aggregation import aggregate, aggregation_limits
 from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, normalize_for_loss, select_rows
+from agl_lab.core.turn_rewards import placement_for
 from agl_lab.core.update_cap import partially_dropped
 from agl_lab.lab.diagnostics import step_diagnostics
 from agl_lab.lab.loss_scale import loss_scale
@@ -169,14 +170,19 @@ class _Run:
         lab = cfg.lab
         self.cfg, self.actor, self.seed = cfg, actor, int(lab.seed)
         self.task = make_task(
-            lab.task, size=lab.task_size, max_turns=lab.max_turns, rewrite_prob=lab.rewrite_prob, seed=self.seed
+            lab.task,
+            size=lab.task_size,
+            max_turns=lab.max_turns,
+            rewrite_prob=lab.rewrite_prob,
+            seed=self.seed,
+            turn_cost=lab.turn_cost,
         )
         self.policy = build_policy(cfg, words=self.task.words())
         needs_ref = actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
         self.ref_policy = _frozen_copy(self.policy) if needs_ref else None
         self.kl_ctrl = get_kl_controller(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
         self.sampling = sampling_params(cfg)
-        self.limits = aggregation_limits(cfg)
+        self.limits = {**aggregation_limits(cfg), "turn_reward_placement": placement_for(cfg)}  # lab.turn_cost
         self.mini_batch_rows = mini_batch_rows(cfg)
         self.log_prob_micro = int(
             cfg.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu or actor.ppo_micro_batch_size_per_gpu

@@ -234,7 +234,7 @@ class WeightingPanel:
             return self.rows_given if outcome else self._full_rows
         knobs = self.knobs_from_widgets()
         if self._rows_cache is None or self._rows_cache[0] != knobs:
-            outcome = str(self.cfg.algorithm.adv_estimator) in OUTCOME_ESTIMATORS
+            outcome = str(self.cfg.algorithm.adv_estimator) in OUTCOME_ESTIMATORS and knobs.turn_rewards == "off"
             self._rows_cache = (knobs, (fast_synthetic_rows if outcome else synthetic_rows)(knobs)[0])
         return self._rows_cache[1]
 

@@ -1,0 +1,73 @@
+"""Turns inside rows: which of a row's tokens belong to which LLM call, and the reward each call earned.
+
+A row's trainable tokens come in runs. At the ``transition`` level a row is one call, one run. At the
+``trajectory`` level it is every call trace aggregation merged, each call's response (mask 1) after the observation
+that preceded it (mask 0); verl's multi-turn agent loop lays its rows out the same way (assistant tokens 1, tool and
+user tokens 0). A **turn** here is a maximal run of trainable tokens together with the untrainable tokens after it,
+up to the next run: a reward that truncation pushed onto a trailing observation token still counts for its turn.
+
+A turn's reward is the sum of ``token_level_rewards`` over its tokens (a reward on a token before the row's first run
+counts for the first turn). With per-turn rewards (:mod:`agl_lab.core.turn_rewards`) that is the call's intermediate
+reward, and a rollout's last turn holds its outcome; with Agent Lightning's one reward per rollout, every row's last
+turn holds the rollout's reward and its other turns 0.
+
+Limit: two calls with nothing untrainable between them read as one turn. A chat template always puts tokens there,
+the lab's task puts its answer there, and the synthetic generator refuses per-turn rewards at the trajectory level
+without observation tokens. The per-turn estimators (:mod:`agl_lab.core.turn_estimators`) read rows through these
+functions. Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["broadcast_turns", "last_turn_values", "turn_ids", "turn_values"]
+
+
+def turn_ids(response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's turn in its row (int64, -1 before the row's first trainable token) and each row's turn count.
+
+    ``response_mask``: (rows, R), any dtype (non-zero = trainable). Returns ``(ids, counts)``: (rows, R) and (rows,).
+    """
+    trainable = response_mask.detach() != 0  # (rows, R)
+    before = F.pad(trainable[:, :-1], (1, 0), value=False)  # (rows, R): the previous token was trainable
+    starts = trainable & ~before  # (rows, R): a run of trainable tokens begins here
+    return starts.long().cumsum(dim=-1) - 1, starts.sum(dim=-1)
+
+
+def turn_values(values: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Σ ``values`` over each turn's tokens, in float64: (rows, K) with K the most turns of a row, and (rows,) counts.
+
+    Entries past a row's last turn are 0. ``values`` and ``response_mask``: (rows, R).
+    """
+    if values.shape != response_mask.shape:
+        raise ValueError(
+            f"values have shape {tuple(values.shape)} but response_mask has {tuple(response_mask.shape)}: both must "
+            "be (rows, response_length)"
+        )
+    ids, counts = turn_ids(response_mask)  # (rows, R), (rows,)
+    width = max(int(counts.max()) if counts.numel() else 0, 1)
+    out = torch.zeros(values.shape[0], width, dtype=torch.float64, device=values.device)  # (rows, K)
+    out.scatter_add_(1, ids.clamp_min(0), values.detach().double())
+    out[counts == 0] = 0.0  # a row without a trainable token has no turn
+    return out, counts
+
+
+def last_turn_values(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """(rows,) float64: Σ ``values`` over each row's last turn (0 for a row without a trainable token).
+
+    On a rollout's last row that is its outcome, under per-turn rewards and under Agent Lightning's placement alike.
+    """
+    per_turn, counts = turn_values(values, response_mask)  # (rows, K), (rows,)
+    last = (counts - 1).clamp_min(0).unsqueeze(-1)  # (rows, 1)
+    return per_turn.gather(1, last).squeeze(-1) * (counts > 0)  # (rows,)
+
+
+def broadcast_turns(per_turn: torch.Tensor, response_mask: torch.Tensor, *, dtype: torch.dtype) -> torch.Tensor:
+    """(rows, R) in ``dtype``: each trainable token gets its turn's entry of ``per_turn`` (rows, K); others 0."""
+    ids, _ = turn_ids(response_mask)  # (rows, R)
+    if per_turn.shape[1] == 0:
+        return torch.zeros(response_mask.shape, dtype=dtype, device=response_mask.device)
+    gathered = per_turn.gather(1, ids.clamp(0, per_turn.shape[1] - 1))  # (rows, R)
+    return (gathered * (response_mask.detach() != 0)).to(dtype)
