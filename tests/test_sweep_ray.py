@@ -70,3 +70,29 @@ def test_address_with_the_serial_executor_is_refused_before_anything_is_created(
     assert code == 2 and list(tmp_path.iterdir()) == []
     assert err == "agl-lab: error: --address names a Ray cluster: use it with --executor ray (the default)\n"
     assert "10.0.0.1" not in err
+
+
+def test_a_retried_task_whose_first_attempt_finished_trains_nothing_again(tmp_path):
+    """Ray retries a task whose node died after the cell was done but before the driver had its files; on a shared disk
+    that attempt's files are there, so the retry hands them over as they are (the cluster test's race, by hand)."""
+    from agl_lab.training.sweep_cells import write_status
+    from agl_lab.training.sweep_ray import _cell_task
+
+    run_dir = tmp_path / "a" / "seed-0"
+    run_dir.mkdir(parents=True)
+    cell = Cell("a", 0, TINY_RUN, str(run_dir), "sha")
+    (run_dir / "metrics.jsonl").write_bytes(b'{"step": 1}\n')
+    write_status(cell, "done", wall_s=1.0)
+    stamps = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")}
+
+    def must_not_train(*args, **kwargs):
+        raise AssertionError("a finished cell was trained again")
+
+    files = _cell_task(cell, {}, must_not_train, False)
+    assert set(files) == {"cell.json", "metrics.jsonl"}
+    assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == stamps
+
+    write_status(cell, "running")  # an attempt that had not finished: this one trains the cell
+    trained = []
+    _cell_task(cell, {}, lambda c, o, node: trained.append(c), False)
+    assert trained == [cell]

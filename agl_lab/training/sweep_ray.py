@@ -31,7 +31,7 @@ from agl_lab.config.secrets import mask_secrets, secret_values
 from agl_lab.curves.atomic_files import write_whole
 from agl_lab.training.process_state import Terminated, reinstall_stop_handlers
 from agl_lab.training.ray_start import start_ray
-from agl_lab.training.sweep_cells import CELL_FILE, Cell, write_status
+from agl_lab.training.sweep_cells import CELL_FILE, Cell, cell_status, write_status
 
 __all__ = ["CANCEL_WAIT_S", "RETRIES", "cell_files", "cell_resources", "node_record", "run_on_ray", "shared_ray"]
 __all__ += ["write_cell_files"]
@@ -156,7 +156,11 @@ def run_on_ray(
 
 
 def _cell_task(cell: Cell, overrides: dict, run_cell: Callable[..., str], fetch_policy: bool) -> dict[str, bytes]:
-    """In a Ray worker: train the cell on this node, then hand its files to the driver."""
+    """In a Ray worker: train the cell on this node, then hand its files to the driver. A retry whose earlier attempt
+    finished (its node died after the cell was done, before the driver had its files: on a shared disk they are here)
+    trains nothing again and hands over what that attempt wrote."""
+    if cell_status(cell) == "done":
+        return cell_files(cell.run_dir, policy=fetch_policy)
     argv = sys.argv
     sys.argv = argv[:1]  # W&B records the command line: a Ray worker's holds the cluster's addresses, not the run
     try:
