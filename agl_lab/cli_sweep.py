@@ -21,6 +21,7 @@ import datetime
 from pathlib import Path
 
 from agl_lab.cli_help import SUBCOMMAND_BASES, add_run_options, print_base
+from agl_lab.config.grid import MAX_SWEEP_CELLS, too_many_cells
 from agl_lab.config.secrets import redact_argv
 from agl_lab.curves.band_kinds import BAND_LABELS
 from agl_lab.exit_codes import stopped
@@ -88,8 +89,8 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
-    """Run ``agl-lab sweep``; 0 when every run finished, 1 when a run failed (the others are kept), 130 on Ctrl-C and
-    143 on SIGTERM (after the summary of the cells that finished)."""
+    """Run ``agl-lab sweep``; 0 when every run finished, 1 when a run failed (the others are kept), 130 on Ctrl-C,
+    143 on SIGTERM and 129 on SIGHUP (after the summary of the cells that finished)."""
     from agl_lab.config.grid import sweep_grid
     from agl_lab.config.settings import DEMO_SETTINGS
     from agl_lab.curves.effects import default_baseline
@@ -148,7 +149,8 @@ def run_sweep_command(args: argparse.Namespace) -> int:
 
 
 def seed_list(text: str) -> list[int]:
-    """One ``--seeds`` value as seeds: ``3``, ``0,1,2`` or the range ``0-4`` (both ends included), or a mix."""
+    """One ``--seeds`` value as seeds: ``3``, ``0,1,2`` or the range ``0-4`` (both ends included), or a mix; more
+    than a sweep holds (:data:`agl_lab.config.grid.MAX_SWEEP_CELLS`) is refused before a range is listed."""
     seeds: list[int] = []
     for part in text.split(","):
         low, dash, high = part.partition("-")
@@ -161,5 +163,7 @@ def seed_list(text: str) -> list[int]:
             ) from None
         if last < first:
             raise argparse.ArgumentTypeError(f"{part!r} is an empty range: the first seed comes first (0-4)")
+        if len(seeds) + last - first + 1 > MAX_SWEEP_CELLS:
+            raise argparse.ArgumentTypeError(f"{text}: {too_many_cells('seeds', len(seeds) + last - first + 1)}")
         seeds += range(first, last + 1)
     return seeds
