@@ -97,7 +97,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     from agl_lab.curves.summary import number
     from agl_lab.curves.verdicts import effects_text
     from agl_lab.training.demo import demo_summary, save_results
-    from agl_lab.training.sweep import run_sweep
+    from agl_lab.training.sweep import run_cells, wandb_mode_items
     from agl_lab.training.sweep_plan import plan_sweep
 
     seeds = [seed for given in args.seeds for seed in given] if args.seeds else list(DEFAULT_SEEDS)
@@ -111,7 +111,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         raise ValueError("--address names a Ray cluster: use it with --executor ray (the default)")
     out = Path(args.out) if args.out else Path("sweeps") / f"{datetime.datetime.now():%Y%m%d-%H%M%S}"
     print_base(SUBCOMMAND_BASES["sweep"])
-    plan_sweep(settings, seeds, sweep_dir=out, dotlist=common)  # every setting checked before any cell runs
+    cells = plan_sweep(settings, seeds, sweep_dir=out, dotlist=[*common, *wandb_mode_items(args.wandb_mode)])
     listed = " ".join(map(str, seeds))
     where = "ray cluster (--address)" if args.address else args.executor
     print(f"Sweep: {len(settings)} settings x {len(seeds)} seeds ({listed}), {where}, in {out}/")
@@ -120,15 +120,8 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         print(f"  {name:<{width}}  {' '.join(items) or '(the base as it is)'}")
     if common:
         print(f"  every run: {' '.join(redact_argv(common))}")
-    result = run_sweep(
-        settings,
-        seeds,
-        sweep_dir=out,
-        dotlist=common,
-        executor=args.executor,
-        address=args.address,
-        fetch_policies=args.fetch_policies,
-        wandb_mode=args.wandb_mode,
+    result = run_cells(  # the cells planned (every setting checked) before any line above was printed
+        cells, sweep_dir=out, executor=args.executor, address=args.address, fetch_policies=args.fetch_policies
     )
     save_results(result, out, band=args.band, baseline=baseline)
     failed = result.cells[result.cells.status != "done"]

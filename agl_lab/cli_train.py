@@ -40,7 +40,7 @@ def _train(dotlist: list[str], *, show_config: bool) -> int:
     print_base(SUBCOMMAND_BASES["train"])
     if not print_settings_and_findings(cfg, trainer=BASES[SUBCOMMAND_BASES["train"]].trainer):
         return 1
-    result = train(cfg)
+    result = train(cfg, composed=True)  # compose_from checked its keys, types and interpolations
     history = result.history
     if len(history):
         first, last = success_first_last(history[SUCCESS])

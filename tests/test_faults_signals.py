@@ -190,8 +190,8 @@ import sys, time
 from agl_lab.training.process_state import deferred_signals, stop_signals
 try:
     with stop_signals():
-        print("ready", flush=True)  # the handlers are in place: a signal sent now is handled
         try:
+            print("ready", flush=True)  # the handlers are in place and the finally below is armed
             time.sleep(60)
         finally:
             with deferred_signals():
@@ -219,7 +219,7 @@ def handles_sighup(pid: int) -> bool:
 
 def test_ctrl_c_while_it_starts_is_one_line_and_a_closed_pipe_ends_it_without_a_word(tmp_path):
     starting = start_agl_lab(["train", *TINY_RUN, f"lab.run_dir={tmp_path / 'run'}"], cwd=tmp_path)
-    piped = start_agl_lab(["check"], cwd=tmp_path)
+    piped = start_agl_lab(["check", "--show-config"], cwd=tmp_path)  # its first lines fill a pipe's buffer
     piped.stdout.close()  # the reader is gone before the first line, as `| head -1` is after it
     wait_until(lambda: handles_sighup(starting.pid), starting, what="agl-lab's signal handlers")
     starting.send_signal(signal.SIGINT)  # torch, verl and the config are still loading

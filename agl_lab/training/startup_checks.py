@@ -41,6 +41,7 @@ _ACTOR = "actor_rollout_ref.actor"
 STEPS = "trainer.total_training_steps"
 # verl's kl_penalty estimators (each also with a "+": k2's gradient, straight through); "full" raises there too
 KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+_UNSET_MICRO = "Please set at least one of"  # verl's words when neither micro-batch size is set
 # The fix for what verl refuses, by the key (relative to actor_rollout_ref.actor) the refusal names.
 _FIXES = {
     "ppo_micro_batch_size": f"remove it: verl takes only {_ACTOR}.ppo_micro_batch_size_per_gpu",
@@ -167,11 +168,16 @@ def _attempt(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:
 def _refusal(cfg: DictConfig, problem: BaseException, section: str, what: str) -> Finding:
     """A finding for verl's refusal: its message (or the assertion it failed), the key it names, the fix."""
     text = " ".join(str(problem).split()) or _failed_assertion(problem)
+    if _UNSET_MICRO in text:  # it names both keys: the one to set is verl's current one
+        key = f"{_ACTOR}.ppo_micro_batch_size_per_gpu"
+        fix = f"set {key}, e.g. to the mini-batch's rows (agl_lab.short_run_config sizes the batch for a short run)"
+        return Finding("error", key, f"{what}: {text}", fix)
     names = [path for path, _ in leaves(OmegaConf.select(cfg, section))]
     relative = _named(text, names)
     key = f"{section}.{relative}" if relative else section
     short = key.removeprefix(f"{_ACTOR}.")
-    return Finding("error", key, f"{what}: {text}", _FIXES.get(short, f"set {key} to a value verl accepts"))
+    generic = f"set {key} to a value verl accepts (agl_lab.short_run_config sizes the batch for a short run)"
+    return Finding("error", key, f"{what}: {text}", _FIXES.get(short, generic))
 
 
 def _failed_assertion(problem: BaseException) -> str:

@@ -56,7 +56,7 @@ from agl_lab.training.sweep_plan import plan_sweep
 from agl_lab.training.sweep_ray import node_record, run_on_ray, shared_ray
 from agl_lab.training.trainer import train
 
-__all__ = ["Cell", "SweepResult", "plan_sweep", "run_cell", "run_sweep", "shared_ray"]
+__all__ = ["Cell", "SweepResult", "plan_sweep", "run_cell", "run_cells", "run_sweep", "shared_ray", "wandb_mode_items"]
 
 Executor = Literal["ray", "serial"]
 
@@ -95,14 +95,39 @@ def run_sweep(
     ``wandb_mode`` (``online``, ``offline``, ``disabled``): every cell's ``lab.wandb_mode``, so the cells' W&B runs
     go where you say without touching ``WANDB_MODE`` in your environment (None: each cell's default, ``auto``).
     """
-    if executor not in ("ray", "serial"):
-        raise ValueError(f"executor must be 'ray' or 'serial', got {executor!r}")
-    if wandb_mode is not None:
-        modes = lab_field_rule("wandb_mode")["choices"]
-        if wandb_mode not in modes:
-            raise ValueError(f"wandb_mode must be one of {list(modes)} (or None), got {wandb_mode!r}")
-        dotlist = [*string_list(dotlist, name="dotlist", what="Hydra overrides"), f"lab.wandb_mode={wandb_mode}"]
+    _check_executor(executor)
+    dotlist = [*string_list(dotlist, name="dotlist", what="Hydra overrides"), *wandb_mode_items(wandb_mode)]
     cells = plan_sweep(settings, seeds, sweep_dir=sweep_dir, overrides=overrides, dotlist=dotlist)
+    return run_cells(
+        cells, overrides, sweep_dir=sweep_dir, executor=executor, address=address, num_cpus=num_cpus,
+        fetch_policies=fetch_policies, progress=progress,
+    )  # fmt: skip
+
+
+def wandb_mode_items(wandb_mode: str | None) -> list[str]:
+    """The dotlist item that gives every cell ``lab.wandb_mode=wandb_mode`` (none for None); a ValueError otherwise."""
+    if wandb_mode is None:
+        return []
+    modes = lab_field_rule("wandb_mode")["choices"]
+    if wandb_mode not in modes:
+        raise ValueError(f"wandb_mode must be one of {list(modes)} (or None), got {wandb_mode!r}")
+    return [f"lab.wandb_mode={wandb_mode}"]
+
+
+def run_cells(
+    cells: list[Cell],
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    sweep_dir: str | Path,
+    executor: Executor = "ray",
+    address: str | None = None,
+    num_cpus: int | None = None,
+    fetch_policies: bool = False,
+    progress: bool = True,
+) -> SweepResult:
+    """:func:`run_sweep` for cells :func:`plan_sweep` planned with these ``overrides`` and ``sweep_dir``: what a
+    caller that printed the plan first runs, so that nothing is planned twice."""
+    _check_executor(executor)
     stopped, interrupted_by = False, None
     with directory_lock(sweep_dir, purpose="sweep"), stop_signals():
         refuse_changed(cells, sweep_dir=Path(sweep_dir), config=lambda cell: short_run_config(overrides, cell.dotlist))
@@ -132,6 +157,11 @@ def run_sweep(
     )
 
 
+def _check_executor(executor: str) -> None:
+    if executor not in ("ray", "serial"):
+        raise ValueError(f"executor must be 'ray' or 'serial', got {executor!r}")
+
+
 def run_cell(
     cell: Cell, overrides: Mapping[str, Any] | None, *, progress: bool = False, node: dict | None = None
 ) -> str:
@@ -145,7 +175,7 @@ def run_cell(
     write_status(cell, "running", node=node)
     start = time.perf_counter()
     try:
-        result = train(short_run_config(overrides, cell.dotlist), progress=progress)
+        result = train(short_run_config(overrides, cell.dotlist), progress=progress, composed=True)
     except KeyboardInterrupt:  # stopped before its first step: nothing of the run to keep
         write_status(cell, "interrupted", wall_s=round(time.perf_counter() - start, 1), node=node)
         raise

@@ -94,16 +94,18 @@ def train(
     stop_event: StopEvent | None = None,
     on_step: Callable[[dict[str, Any]], None] | None = None,
     progress: bool = True,
+    composed: bool = False,
 ) -> TrainResult:
     """Run ``trainer.total_training_steps`` steps; return the history. Files go to the run directory as it runs.
 
-    ``stop_event`` (e.g. a ``threading.Event``) is checked before every step; setting it, Ctrl-C, SIGTERM or SIGHUP
-    ends the run cleanly: finished steps are kept, the policy saved, the trackers closed, ``stopped=True``.
-    ``on_step`` gets each step's metrics.jsonl record (``step`` + metrics) once the step is written. ``progress``: a
-    tqdm bar.
-    Files and trackers: :mod:`agl_lab.training.session` (nothing half-made if the run fails before step 1).
+    ``stop_event`` (e.g. a ``threading.Event``) is checked before every step; setting it, Ctrl-C, SIGTERM or SIGHUP ends
+    the run cleanly: finished steps are kept, the policy saved, the trackers closed, ``stopped=True``. ``on_step`` gets
+    each step's metrics.jsonl record (``step`` + metrics) once the step is written. ``progress``: a tqdm bar.
+    ``composed=True``: ``cfg`` is what composition returned, its keys and types already checked
+    (:func:`~agl_lab.training.preflight.check_trainable`). Files and trackers: :mod:`agl_lab.training.session` (nothing
+    half-made if the run fails before step 1).
     """
-    steps, actor = check_trainable(cfg)
+    steps, actor = check_trainable(cfg, composed=composed)
     with torch_threads(int(cfg.lab.cpu_threads)), stop_signals():
         return _train(cfg, steps=steps, actor=actor, stop_event=stop_event, on_step=on_step, progress=progress)
 
@@ -132,9 +134,10 @@ def _train(
                     stopped = True
                     break
                 metrics, timing = run.step(step)
-                session.write(step, metrics, timing)
-                history.append({"step": step, **metrics})
-                timings.append({"step": step, **timing})
+                with deferred_signals():  # a step is in metrics.jsonl, the trackers (W&B) and the history, or none
+                    session.write(step, metrics, timing)
+                    history.append({"step": step, **metrics})
+                    timings.append({"step": step, **timing})
                 bar.update()
                 bar.set_postfix(success=metrics["lab/success_rate"], rows=metrics["training/n_sample"], refresh=False)
                 if on_step is not None:
