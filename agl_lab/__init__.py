@@ -15,30 +15,33 @@ The package follows the data flow, one subpackage per stage:
 
 ``import agl_lab`` itself loads neither torch nor verl (seconds each): the public names load on first use (PEP 562),
 and the losses are registered the moment verl's policy-loss module is imported, by this process or already (a
-post-import hook, :func:`wrapt.register_post_import_hook`). So the registry holds them whenever anyone can look,
-and the ``agl-lab`` command, whose modules live in this package, prints its help without loading the stack.
+post-import hook: :class:`_AfterImport`, a finder on ``sys.meta_path`` whose loader runs the hook once the module has
+executed). So the registry holds them whenever anyone can look, and the ``agl-lab`` command, whose modules live in
+this package, prints its help without loading the stack. This module imports only the standard library's lightest
+parts: everything before ``agl-lab`` takes its stop signals is time in which Ctrl-C prints a traceback (``wrapt``'s
+hook, used before, imported ~100 ms of modules here).
 """
 
 from __future__ import annotations
 
 import importlib
-import logging
+import sys
 import warnings
-from typing import Any
-
-import wrapt
 
 __version__ = "0.1.0"
 
 
-def _drop_cpu_platform_notice(record: logging.LogRecord) -> bool:
+def _drop_cpu_platform_notice(record) -> bool:
     # verl announces at import that it found no GPU and falls back to CUDA names; on a CPU lab that is expected.
     return (
         "accelerator detected" not in record.getMessage() and "registered but not available" not in record.getMessage()
     )
 
 
-logging.getLogger("verl.plugin.platform.platform_manager").addFilter(_drop_cpu_platform_notice)
+def _quiet_platform_notice(logging) -> None:
+    logging.getLogger("verl.plugin.platform.platform_manager").addFilter(_drop_cpu_platform_notice)
+
+
 # verl lists every optional training engine it could not import (megatron, torchtitan, ...) when its trainer module
 # loads, which agl_lab's modules do on first use: noise on a lab machine, and only that module's notices.
 warnings.filterwarnings(
@@ -48,14 +51,66 @@ warnings.filterwarnings(
 warnings.filterwarnings("ignore", message="NPU not support router replay", category=UserWarning)
 
 
-def _register_losses(core_algos: Any) -> None:
+def _register_losses(core_algos: object) -> None:
     # agl_lab.core.loss imports verl only where a loss runs or registers, so it may have loaded before verl's registry
     # did: register now (idempotent).
     importlib.import_module("agl_lab.core.loss").register_in_worker()
     importlib.import_module("agl_lab.core.turn_estimators").register_turn_estimators()  # per-turn estimators
 
 
-wrapt.register_post_import_hook(_register_losses, "verl.trainer.ppo.core_algos")
+class _AfterImport:
+    """On ``sys.meta_path``: the module ``name``, found by the other finders, with a loader that runs ``hook(module)``
+    once the module has executed (a post-import hook)."""
+
+    def __init__(self, name: str, hook) -> None:
+        self.name, self.hook, self.asking = name, hook, False
+
+    def find_spec(self, fullname: str, path=None, target=None):
+        if fullname != self.name or self.asking:
+            return None
+        self.asking = True  # the other finders' answer, without this one
+        try:
+            spec = None
+            for finder in sys.meta_path:
+                if finder is not self and hasattr(finder, "find_spec"):
+                    spec = finder.find_spec(fullname, path, target)
+                    if spec is not None:
+                        break
+        finally:
+            self.asking = False
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ThenRun(spec.loader, self.hook)
+        return spec
+
+
+class _ThenRun:
+    """A loader that runs its module as ``loader`` does, then ``hook(module)``; anything else is ``loader``'s."""
+
+    def __init__(self, loader, hook) -> None:
+        self.loader, self.hook = loader, hook
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self.loader.exec_module(module)
+        self.hook(module)
+
+    def __getattr__(self, name: str):
+        return getattr(self.loader, name)
+
+
+def _after_import(name: str, hook) -> None:
+    """``hook(module)`` now if ``name`` is imported already, else the moment it is."""
+    if name in sys.modules:
+        hook(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, hook))
+
+
+# logging too (verl logs through it): its import alone was a quarter of this module's time
+_after_import("logging", _quiet_platform_notice)
+_after_import("verl.trainer.ppo.core_algos", _register_losses)
 
 # public name -> module, imported on first access (module-level __getattr__, PEP 562)
 _LAZY = {
@@ -92,7 +147,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value

@@ -5,55 +5,74 @@ first: ``check`` from ``example`` (Agent Lightning's defaults + the example over
 ``sweep`` from ``short-run`` (+ the short-run preset), ``launch`` from ``agl`` (Agent Lightning's defaults alone:
 what its trainer gets). ``check --base agl`` checks exactly what ``launch`` sends.
 
-One module per subcommand, each with ``add_<name>_parser(commands)`` (its options; it sets ``run`` to
-``run_<name>_command(args) -> int``): :mod:`agl_lab.cli_check` (the three settings, the doctor, the example batch),
-:mod:`agl_lab.cli_train` (a short run), :mod:`agl_lab.cli_demo` (the settings that matter side by side),
+One module per subcommand, ``agl_lab.cli_<name>``, each with ``add_<name>_parser(commands)`` (its options; it sets
+``run`` to ``run_<name>_command(args) -> int``): :mod:`agl_lab.cli_check` (the three settings, the doctor, the example
+batch), :mod:`agl_lab.cli_train` (a short run), :mod:`agl_lab.cli_demo` (the settings that matter side by side),
 :mod:`agl_lab.cli_sweep` (settings × seeds), :mod:`agl_lab.cli_reproduce` (a reported effect over seeds),
-:mod:`agl_lab.cli_launch` (the hand-off to Agent Lightning),
-:mod:`agl_lab.cli_lab` (JupyterLab on the notebooks). A new subcommand is a new module and one line in
-:data:`SUBCOMMANDS`.
+:mod:`agl_lab.cli_launch` (the hand-off to Agent Lightning), :mod:`agl_lab.cli_lab` (JupyterLab on the notebooks). A new
+subcommand is a new module and its name in :data:`SUBCOMMANDS`.
 
-Every failure reaches the user as one line on stderr and a documented exit code (:mod:`agl_lab.exit_codes`, listed
-by ``agl-lab --help``); ``--debug`` adds the traceback. Secrets given on the command line or in the environment are
-masked in everything printed. ``key=value`` items may stand anywhere among the options (:mod:`agl_lab.cli_dotlist`).
+Every failure reaches the user as one line on stderr and a documented exit code (:mod:`agl_lab.exit_codes`, listed by
+``agl-lab --help``); ``--debug`` adds the traceback. The stop signals are handled from the command's first moment:
+:func:`main` takes them before it imports anything else (this module imports only the standard library), so Ctrl-C while
+the stack loads is one line and exit 130 too; a closed output pipe (``agl-lab check | head -1``) ends the command
+quietly (exit 141, as ``yes | head -1`` does); a working directory that was deleted is one line. Secrets given on the
+command line or in the environment are masked in everything printed. ``key=value`` items may stand anywhere among the
+options (:mod:`agl_lab.cli_dotlist`).
 """
 
 from __future__ import annotations
 
-import argparse
-import functools
+import os
 import sys
-
-from agl_lab.cli_check import add_check_parser
-from agl_lab.cli_demo import add_demo_parser
-from agl_lab.cli_dotlist import split_dotlist
-from agl_lab.cli_help import DESCRIPTION, EPILOG, version
-from agl_lab.cli_lab import add_lab_parser
-from agl_lab.cli_launch import add_launch_parser
-from agl_lab.cli_reproduce import add_reproduce_parser
-from agl_lab.cli_sweep import add_sweep_parser
-from agl_lab.cli_train import add_train_parser
-from agl_lab.cli_weighting import add_weighting_parser
-from agl_lab.config.secrets import secret_values
-from agl_lab.exit_codes import MaskingParser, report_errors
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
-# The subcommands, in the order --help lists them: each adds its parser and sets the function that runs it.
-SUBCOMMANDS = (
-    add_check_parser,
-    add_train_parser,
-    add_demo_parser,
-    add_launch_parser,
-    add_sweep_parser,
-    add_reproduce_parser,
-    add_weighting_parser,
-    add_lab_parser,
-)
+# The subcommands, in the order --help lists them: module agl_lab.cli_<name> adds its parser (add_<name>_parser) and
+# sets the function that runs it.
+SUBCOMMANDS = ("check", "train", "demo", "launch", "sweep", "reproduce", "weighting", "lab")
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    from agl_lab.training.process_state import (  # the standard library only
+        exit_protected,
+        signal_exit_code,
+        stop_signals,
+        stopped_by,
+        stopped_line,
+    )
+
+    with stop_signals():  # from the first moment: a stop while the rest loads is one line and its exit code too
+        try:
+            return _main(sys.argv[1:] if argv is None else list(argv))
+        except KeyboardInterrupt as exc:  # stopped before report_errors took over (imports, parsing): modules may be
+            name = stopped_by(exc)  # half-imported now, so the line comes from the standard library alone
+            print(f"agl-lab: {stopped_line(name)}", file=sys.stderr)
+            return signal_exit_code(name)
+        except BrokenPipeError:  # --help or --version into a closed pipe (report_errors handles the commands')
+            from agl_lab.exit_codes import CLOSED_PIPE, output_closed
+
+            if not output_closed():
+                raise
+            return CLOSED_PIPE
+        finally:
+            exit_protected()
+
+
+def _main(argv: list[str]) -> int:
+    try:
+        os.getcwd()
+    except FileNotFoundError:  # torch's libraries would die loading (oneMKL FATAL ERROR) with no line of ours
+        print(
+            "agl-lab: file error: the working directory no longer exists (deleted or unmounted): cd into a folder "
+            "that exists and run the command again",
+            file=sys.stderr,
+        )
+        return 5
+    from agl_lab.cli_dotlist import split_dotlist
+    from agl_lab.config.secrets import secret_values
+    from agl_lab.exit_codes import MaskingParser, report_errors
+
     MaskingParser.secrets = secret_values(argv)
     parser, commands = build_parser()
     words, dotlist = split_dotlist(argv, commands=commands.choices)
@@ -70,8 +89,17 @@ def main(argv: list[str] | None = None) -> int:
     return result[0]
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
-    """``agl-lab``'s parser and its subcommands (the subparsers action: ``.choices`` maps each name to its parser)."""
+def build_parser() -> tuple:
+    """``agl-lab``'s parser (an ``argparse.ArgumentParser``) and its subcommands (the subparsers action: ``.choices``
+    maps each name to its parser). argparse loads here: until :func:`main` takes the stop signals, every import is
+    time in which Ctrl-C would print a traceback."""
+    import argparse
+    import functools
+    import importlib
+
+    from agl_lab.cli_help import DESCRIPTION, EPILOG, version
+    from agl_lab.exit_codes import MaskingParser
+
     parser = MaskingParser(
         prog="agl-lab", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -82,6 +110,6 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]
     commands = parser.add_subparsers(dest="command", required=True)
     # each subcommand's parser takes --debug too; one that hands on what it does not know passes parents=[] (lab)
     commands.add_parser = functools.partial(commands.add_parser, parents=[common])
-    for add_subcommand in SUBCOMMANDS:
-        add_subcommand(commands)
+    for name in SUBCOMMANDS:
+        getattr(importlib.import_module(f"agl_lab.cli_{name}"), f"add_{name}_parser")(commands)
     return parser, commands

@@ -1,9 +1,11 @@
 """``agl-lab check [key.path=value ...]``: the config as Agent Lightning would resolve it, before anything runs.
 
 Composes the config like Agent Lightning's training scripts (base ``example`` unless ``--base``), prints the three
-per-rollout settings as resolved, the doctor's findings (and those of what ``launch`` would send), and runs trainer
-steps 1–5 on an example batch of one step of the config's size (:mod:`agl_lab.lab.example_batch`), printing every
-metric (and each row's advantage mass when there are few).
+per-rollout settings as resolved, the findings of the lab trainer's start-up gate — the doctor and what the trainer's
+start-up code refuses, as ``agl-lab train`` prints them (:func:`agl_lab.training.preflight.trainer_findings`; the doctor
+alone for ``--base agl``) — and those of what ``launch`` would send, and runs trainer steps 1–5 on an example batch of
+one step of the config's size (:mod:`agl_lab.lab.example_batch`), printing every metric (and each row's advantage mass
+when there are few).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import warnings
 
 from agl_lab.cli_help import (
     SUBCOMMAND_BASES,
+    gate_findings,
     print_base,
     print_findings,
     print_launch_view,
@@ -47,18 +50,17 @@ def _check(dotlist: list[str], *, show_config: bool, base: str) -> int:
 
     from agl_lab.config.checks import lab_estimator_problem
     from agl_lab.config.compose import compose_from
-    from agl_lab.config.doctor import diagnose
     from agl_lab.config.secrets import redacted_yaml
     from agl_lab.core.pipeline import mini_batch_rows, prepare_batch
     from agl_lab.core.rows import rows_frame
-    from agl_lab.lab.example_batch import example_batch
+    from agl_lab.lab.example_batch import example_batch, example_problem
 
     cfg = compose_from(base, dotlist=dotlist)
     if show_config:
         print(redacted_yaml(cfg))
     print_base(base)
     print_settings(cfg)
-    findings = diagnose(cfg, trainer=BASES[base].trainer)
+    findings = gate_findings(cfg, trainer=BASES[base].trainer)  # what train prints for the same config
     if not any(f.level == "error" for f in findings):  # the sizes it multiplies may be what the doctor refuses
         print(f"  {'PPO mini-batch':<26} {'(ppo_mini_batch_size x rollout.n)':<48} {mini_batch_rows(cfg)} rows")
 
@@ -68,7 +70,7 @@ def _check(dotlist: list[str], *, show_config: bool, base: str) -> int:
         print_launch_view(dotlist)
     if not ok:
         return 1
-    if problem := lab_estimator_problem(cfg):  # a valid config for Agent Lightning that the example cannot run
+    if problem := lab_estimator_problem(cfg) or example_problem(cfg):  # valid, but beyond the example batch
         print(f"\nExample batch skipped: {problem}")
         return 0
 

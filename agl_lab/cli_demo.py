@@ -24,7 +24,7 @@ def add_demo_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
-    """Run ``agl-lab demo``: 0 when every run finished, 1 when one failed, 130/143 when stopped."""
+    """Run ``agl-lab demo``: 0 when every run finished, 1 when one failed, 129/130/143 when stopped."""
     return _demo(args.dotlist, out=args.out)
 
 

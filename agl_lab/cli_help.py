@@ -1,11 +1,12 @@
 """What ``agl-lab`` says about itself and about a config: the bases, the exit statuses, the version, the settings.
 
 Every subcommand composes its config from a named base (:data:`agl_lab.config.compose.BASES`) and prints it first
-(:func:`print_base`); ``--help`` lists the bases with the subcommands that use them and what each exit status
-means. ``check``, ``train`` and ``launch`` then print the three settings as resolved and the doctor's findings
-(:func:`print_settings_and_findings`). ``agl-lab check`` from any base other than ``agl`` also says what the doctor
-finds in the config ``launch`` would send with the same dotlist (:func:`print_launch_view`), so a check that passes
-never hides a launch that stops.
+(:func:`print_base`); ``--help`` lists the bases with the subcommands that use them and what each exit status means.
+``check``, ``train`` and ``launch`` then print the three settings as resolved and the findings
+(:func:`print_settings_and_findings`): for a config the lab's trainer runs, its whole start-up gate
+(:func:`gate_findings`), so ``check`` and ``train`` say the same line. ``agl-lab check`` from any base other than
+``agl`` also says what the doctor finds in the config ``launch`` would send with the same dotlist
+(:func:`print_launch_view`), so a check that passes never hides a launch that stops.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from agl_lab.config.compose import BASES, ConfigError, compose_from
 from agl_lab.exit_codes import EXIT_CODES, help_epilog
 
 __all__ = ["DESCRIPTION", "EPILOG", "EXIT_CODES", "SUBCOMMAND_BASES", "print_base", "print_findings"]
-__all__ += ["add_run_options", "print_launch_view", "print_settings", "print_settings_and_findings", "shown", "version"]
+__all__ += ["add_run_options", "gate_findings", "print_launch_view", "print_settings", "print_settings_and_findings"]
+__all__ += ["shown", "version"]
 
 # The base each subcommand composes from (printed by --help and by the subcommand itself).
 SUBCOMMAND_BASES = {
@@ -59,7 +61,7 @@ def print_launch_view(dotlist: list[str]) -> None:
 
     try:
         base = BASES[SUBCOMMAND_BASES["launch"]]
-        findings = diagnose(compose_from(base.name, dotlist=dotlist), trainer=base.trainer)
+        findings = diagnose(compose_from(base.name, dotlist=dotlist), trainer=base.trainer, composed=True)
         errors = [f for f in findings if f.level == "error"]
     except ConfigError:  # the same dotlist problem was reported above
         return
@@ -85,13 +87,25 @@ def version() -> str:
 
 
 def print_settings_and_findings(cfg, *, trainer: str) -> bool:
-    """The three settings and the doctor's findings for ``trainer`` (``lab`` or ``agl``); False on an error."""
-    from agl_lab.config.doctor import diagnose
-
+    """The three settings and the findings for ``trainer``: for the lab's, its whole start-up gate
+    (:func:`agl_lab.training.preflight.trainer_findings`, what ``check`` prints too); for Agent Lightning's
+    (``agl``), the doctor's. False on an error."""
     print_settings(cfg)
-    findings = diagnose(cfg, trainer=trainer)
+    findings = gate_findings(cfg, trainer=trainer)
     print("\nDoctor:" + ("" if findings else " no findings"))
     return print_findings(findings)
+
+
+def gate_findings(cfg, *, trainer: str) -> list:
+    """What ``check`` and ``train`` print for ``trainer`` about a config they composed: the lab trainer's gate, or
+    the doctor alone for Agent Lightning's trainer (the lab's start-up code never runs that config)."""
+    if trainer == "lab":
+        from agl_lab.training.preflight import trainer_findings
+
+        return trainer_findings(cfg, composed=True)
+    from agl_lab.config.doctor import diagnose
+
+    return diagnose(cfg, trainer=trainer)
 
 
 def print_findings(findings) -> bool:

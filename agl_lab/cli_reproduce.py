@@ -5,7 +5,7 @@ reproduce --list`` prints them). Each runs its settings over ``--pilot-seeds`` s
 ``--executor serial``), extends once to the seeds its unresolved checks ask for (capped by ``--max-seeds``), and
 writes ``report.md``, ``effects.csv`` and figures into ``runs/reproduce-NAME/`` (``--out``); the same command again
 skips the finished runs. It prints each check's verdict line, whether the claim reproduced, and the folder last. A
-claim that does not reproduce is a result, not an error: exit 0; a failed run: 1; Ctrl-C 130, SIGTERM 143.
+claim that does not reproduce is a result, not an error: exit 0; a failed run: 1; Ctrl-C 130, SIGTERM 143, SIGHUP 129.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ import datetime
 from pathlib import Path
 
 from agl_lab.cli_help import SUBCOMMAND_BASES, add_run_options, print_base
+from agl_lab.config.grid import MAX_SWEEP_CELLS, too_many_cells
 from agl_lab.config.secrets import redact_argv
 from agl_lab.curves.band_kinds import BAND_LABELS
 from agl_lab.exit_codes import stopped
@@ -88,15 +89,15 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
-    """Run ``agl-lab sweep``; 0 when every run finished, 1 when a run failed (the others are kept), 130 on Ctrl-C and
-    143 on SIGTERM (after the summary of the cells that finished)."""
+    """Run ``agl-lab sweep``; 0 when every run finished, 1 when a run failed (the others are kept), 130 on Ctrl-C,
+    143 on SIGTERM and 129 on SIGHUP (after the summary of the cells that finished)."""
     from agl_lab.config.grid import sweep_grid
     from agl_lab.config.settings import DEMO_SETTINGS
     from agl_lab.curves.effects import default_baseline
     from agl_lab.curves.summary import number
     from agl_lab.curves.verdicts import effects_text
     from agl_lab.training.demo import demo_summary, save_results
-    from agl_lab.training.sweep import run_sweep
+    from agl_lab.training.sweep import run_cells, wandb_mode_items
     from agl_lab.training.sweep_plan import plan_sweep
 
     seeds = [seed for given in args.seeds for seed in given] if args.seeds else list(DEFAULT_SEEDS)
@@ -110,7 +111,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         raise ValueError("--address names a Ray cluster: use it with --executor ray (the default)")
     out = Path(args.out) if args.out else Path("sweeps") / f"{datetime.datetime.now():%Y%m%d-%H%M%S}"
     print_base(SUBCOMMAND_BASES["sweep"])
-    plan_sweep(settings, seeds, sweep_dir=out, dotlist=common)  # every setting checked before any cell runs
+    cells = plan_sweep(settings, seeds, sweep_dir=out, dotlist=[*common, *wandb_mode_items(args.wandb_mode)])
     listed = " ".join(map(str, seeds))
     where = "ray cluster (--address)" if args.address else args.executor
     print(f"Sweep: {len(settings)} settings x {len(seeds)} seeds ({listed}), {where}, in {out}/")
@@ -119,15 +120,8 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         print(f"  {name:<{width}}  {' '.join(items) or '(the base as it is)'}")
     if common:
         print(f"  every run: {' '.join(redact_argv(common))}")
-    result = run_sweep(
-        settings,
-        seeds,
-        sweep_dir=out,
-        dotlist=common,
-        executor=args.executor,
-        address=args.address,
-        fetch_policies=args.fetch_policies,
-        wandb_mode=args.wandb_mode,
+    result = run_cells(  # the cells planned (every setting checked) before any line above was printed
+        cells, sweep_dir=out, executor=args.executor, address=args.address, fetch_policies=args.fetch_policies
     )
     save_results(result, out, band=args.band, baseline=baseline)
     failed = result.cells[result.cells.status != "done"]
@@ -148,7 +142,8 @@ def run_sweep_command(args: argparse.Namespace) -> int:
 
 
 def seed_list(text: str) -> list[int]:
-    """One ``--seeds`` value as seeds: ``3``, ``0,1,2`` or the range ``0-4`` (both ends included), or a mix."""
+    """One ``--seeds`` value as seeds: ``3``, ``0,1,2`` or the range ``0-4`` (both ends included), or a mix; more
+    than a sweep holds (:data:`agl_lab.config.grid.MAX_SWEEP_CELLS`) is refused before a range is listed."""
     seeds: list[int] = []
     for part in text.split(","):
         low, dash, high = part.partition("-")
@@ -161,5 +156,7 @@ def seed_list(text: str) -> list[int]:
             ) from None
         if last < first:
             raise argparse.ArgumentTypeError(f"{part!r} is an empty range: the first seed comes first (0-4)")
+        if len(seeds) + last - first + 1 > MAX_SWEEP_CELLS:
+            raise argparse.ArgumentTypeError(f"{text}: {too_many_cells('seeds', len(seeds) + last - first + 1)}")
         seeds += range(first, last + 1)
     return seeds

@@ -1,7 +1,7 @@
 """``agl-lab train [key.path=value ...]``: a short training run (base ``short-run`` + the dotlist).
 
 Prints the settings and the doctor's findings, trains (:func:`agl_lab.train`), and prints the run directory as the
-last line. Ctrl-C or SIGTERM stop it at a step boundary (exit 130 or 143) with the finished steps kept.
+last line. Ctrl-C, SIGTERM or SIGHUP stop it at a step boundary (exit 130, 143 or 129) with the finished steps kept.
 """
 
 from __future__ import annotations
@@ -23,16 +23,15 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_train_command(args: argparse.Namespace) -> int:
-    """Run ``agl-lab train``: 0 when it trained, 1 on a doctor's error, 130/143 when stopped, 6 if nothing trained."""
+    """Run ``agl-lab train``: 0 when it trained, 1 on a doctor's error, 129/130/143 when stopped, 6 if nothing trained
+    (the exit code ``status.json`` records)."""
     return _train(args.dotlist, show_config=args.show_config)
 
 
 def _train(dotlist: list[str], *, show_config: bool) -> int:
-    import pandas as pd
-
     from agl_lab.config.compose import BASES, compose_from
     from agl_lab.curves.summary import SUCCESS, success_first_last
-    from agl_lab.training.runs import resolved_config_yaml
+    from agl_lab.training.runs import TRAINED_NOTHING, resolved_config_yaml
     from agl_lab.training.trainer import train
 
     cfg = compose_from(SUBCOMMAND_BASES["train"], dotlist=dotlist)
@@ -41,7 +40,7 @@ def _train(dotlist: list[str], *, show_config: bool) -> int:
     print_base(SUBCOMMAND_BASES["train"])
     if not print_settings_and_findings(cfg, trainer=BASES[SUBCOMMAND_BASES["train"]].trainer):
         return 1
-    result = train(cfg)
+    result = train(cfg, composed=True)  # compose_from checked its keys, types and interpolations
     history = result.history
     if len(history):
         first, last = success_first_last(history[SUCCESS])
@@ -54,7 +53,7 @@ def _train(dotlist: list[str], *, show_config: bool) -> int:
     print(result.run_dir)
     if result.stopped:
         return stopped(result.interrupted_by or "SIGINT")
-    if not len(history) or not history.get("training/n_sample_trained", pd.Series([0])).gt(0).any():
+    if result.exit_code == TRAINED_NOTHING:
         raise TrainedNothingError(
             f"every one of the {len(history)} steps was skipped: no rows were left for a PPO mini-batch after the "
             f"drops (see training/n_sample_dropped/* in {result.run_dir / 'metrics.jsonl'}): lower "

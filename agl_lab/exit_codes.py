@@ -8,6 +8,8 @@ prints it and the README lists it.
 from __future__ import annotations
 
 import argparse
+import os
+import select
 import sys
 import traceback
 import warnings
@@ -17,10 +19,12 @@ from contextlib import contextmanager
 from agl_lab.config.compose import ConfigError
 from agl_lab.config.secrets import mask_secrets, masked_output
 from agl_lab.training.locks import DirectoryBusyError
-from agl_lab.training.process_state import exit_protected, signal_exit_code, stop_signals, stopped_by
+from agl_lab.training.process_state import exit_protected, signal_exit_code, stop_signals, stopped_by, stopped_line
 
-__all__ = ["EXIT_CODES", "TrainedNothingError", "exit_code", "help_epilog", "report_errors", "stopped"]
+__all__ = ["CLOSED_PIPE", "EXIT_CODES", "TrainedNothingError", "exit_code", "help_epilog", "output_closed"]
+__all__ += ["report_errors", "stopped"]
 
+CLOSED_PIPE = 141  # 128 + SIGPIPE: what a shell reports for `yes | head -1`
 EXIT_CODES = {
     0: "done",
     1: "the config doctor found an error (nothing ran; its findings are on stderr), or a run of a sweep or "
@@ -32,9 +36,12 @@ EXIT_CODES = {
     5: "a file or folder could not be read or written (missing model path or file, read-only or full disk)",
     6: "the run trained nothing: every step was skipped (its files are kept)",
     70: "an unexpected error (a bug in agl_lab or below it); --debug shows the traceback",
-    130: "stopped by Ctrl-C (SIGINT); finished steps are kept",
+    129: "stopped by SIGHUP (a closed terminal or ssh session); finished steps are kept",
+    130: "stopped by Ctrl-C (SIGINT), also while it starts; finished steps are kept",
+    141: "its output went into a pipe that closed (`agl-lab check` into `head -1`): it stopped there, quietly",
     143: "stopped by SIGTERM (timeout, a scheduler, docker stop); finished steps are kept",
 }
+_STOPPED_BY = {signal_exit_code(name): name for name in ("SIGHUP", "SIGINT", "SIGTERM")}  # 129, 130, 143
 
 
 class TrainedNothingError(RuntimeError):
@@ -43,7 +50,7 @@ class TrainedNothingError(RuntimeError):
 
 def exit_code(exc: BaseException) -> int:
     """The documented exit code for ``exc``."""
-    if isinstance(exc, KeyboardInterrupt):  # Ctrl-C or SIGTERM, by the first signal received
+    if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, SIGTERM or SIGHUP, by the first signal received
         return signal_exit_code(stopped_by(exc))
     if isinstance(exc, TrainedNothingError):
         return 6
@@ -68,10 +75,11 @@ def help_epilog() -> str:
 
 @contextmanager
 def report_errors(*, debug: bool, secrets: Iterable[str], result: list[int]):
-    """Run a command's block as a command runs: every line it prints with ``secrets`` masked, SIGINT and SIGTERM
-    stopping it once (:func:`agl_lab.training.process_state.stop_signals`; later signals cannot interrupt what is
+    """Run a command's block as a command runs: every line it prints with ``secrets`` masked, SIGINT, SIGTERM and
+    SIGHUP stopping it once (:func:`agl_lab.training.process_state.stop_signals`; later signals cannot interrupt what is
     being saved, nor the interpreter's exit hooks), and any exception turned into one masked line on stderr and its
-    code in ``result``. Warnings print as one line each (``agl-lab: warning: ...``), masked too.
+    code in ``result``. Warnings print as one line each (``agl-lab: warning: ...``), masked too. Output into a pipe
+    whose reader has gone (``| head -1``) ends the command quietly with :data:`CLOSED_PIPE`.
     """
     secrets = list(secrets)
     shown = warnings.showwarning
@@ -83,6 +91,9 @@ def report_errors(*, debug: bool, secrets: Iterable[str], result: list[int]):
             except SystemExit:
                 raise
             except BaseException as exc:  # noqa: BLE001 — every failure reaches the user as one line and a code
+                if isinstance(exc, BrokenPipeError) and output_closed():
+                    result.append(CLOSED_PIPE)  # the reader took what it wanted (| head -1): nothing to report
+                    return
                 code = exit_code(exc)
                 if debug:
                     print(traceback.format_exc(), file=sys.stderr, end="")
@@ -94,9 +105,23 @@ def report_errors(*, debug: bool, secrets: Iterable[str], result: list[int]):
         exit_protected()
 
 
+def output_closed() -> bool:
+    """Whether the reader of this process's stdout has gone (a pipe into ``head`` that exited). If so, stdout (and
+    stderr when its reader went too) now write to ``/dev/null``: the lines still buffered, and the interpreter's last
+    flush, then vanish instead of raising BrokenPipeError again ("Exception ignored ... Broken pipe")."""
+    closed = [fd for fd in (1, 2) if _reader_gone(fd)]
+    if 1 not in closed:
+        return False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in closed:
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    return True
+
+
 def stopped(interrupted_by: str) -> int:
-    """Print the line a stopped command ends with and return its exit code (130 Ctrl-C, 143 SIGTERM), for commands
-    that stop by returning what finished rather than by raising."""
+    """Print the line a stopped command ends with and return its exit code (129 SIGHUP, 130 Ctrl-C, 143 SIGTERM), for
+    commands that stop by returning what finished rather than by raising."""
     code = signal_exit_code(interrupted_by)
     print(f"agl-lab: {_lines(KeyboardInterrupt(), code)[0]}", file=sys.stderr)
     return code
@@ -113,9 +138,8 @@ class MaskingParser(argparse.ArgumentParser):
 
 
 def _lines(exc: BaseException, code: int) -> list[str]:
-    if code in (130, 143):
-        signal = "SIGTERM" if code == 143 else "Ctrl-C (SIGINT)"
-        return [f"stopped by {signal}; finished steps, if any, are kept"]
+    if code in _STOPPED_BY:
+        return [stopped_line(_STOPPED_BY[code])]
     if isinstance(exc, ConfigError):
         problems = [line.removeprefix("  - ") for line in str(exc).splitlines()[1:]] or [str(exc)]
         return [f"config error: {problem}" for problem in problems]
@@ -138,6 +162,16 @@ def _warning_printer(secrets: list[str]) -> Callable[..., None]:
         print(mask_secrets(f"agl-lab: warning: {text}", secrets), file=file or sys.stderr)
 
     return show
+
+
+def _reader_gone(fd: int) -> bool:
+    """A pipe whose every reader has closed it polls as an error (POLLERR) on its writing end."""
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(event & select.POLLERR for _, event in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 def _raised(exc: BaseException, module: str, name: str) -> bool:

@@ -1,14 +1,18 @@
 """Fault suite, the API: what a notebook passes — numpy integers, floats, booleans and arrays, pandas Series, ranges —
 is taken where Python's ints and lists are; anything else is a TypeError naming the parameter, never an internal
-AttributeError or numpy's "truth value of an array is ambiguous"."""
+AttributeError or numpy's "truth value of an array is ambiguous"; a count is an integer (never a bool or a float),
+an empty list a ValueError naming the parameter; and messages name the user's key, not an internal class."""
 
 import re
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
-from agl_lab import compose_config, diagnose, short_run_config, train
+from agl_lab import compare_settings, compose_config, diagnose, normalize_advantages_by_rollout, short_run_config, train
+from agl_lab.cli import main
+from agl_lab.curves.effects import compare_metrics
 from agl_lab.curves.history import read_history
 from agl_lab.training.demo import run_demo
 from agl_lab.training.sweep_plan import plan_sweep
@@ -76,3 +80,36 @@ def test_a_wrong_type_is_a_type_error_naming_the_parameter(tmp_path, monkeypatch
     with pytest.raises(TypeError, match=re.escape(text)):
         call()
     assert list(tmp_path.iterdir()) == []  # refused before anything was created
+
+
+def test_a_table_of_the_wrong_kind_or_no_metrics_is_named(tmp_path):
+    with pytest.raises(TypeError, match="table must be a long-form history, a pandas DataFrame .* got dict"):
+        compare_settings({"setting": ["a"], "seed": [0]}, baseline="a")  # AttributeError before
+    table = pd.DataFrame({"setting": ["a"], "seed": [0], "step": [1], "metric": ["m"], "value": [1.0]})
+    with pytest.raises(ValueError, match=r"metrics must name at least one metric \(a list of names\), got \[\]"):
+        compare_metrics(table, baseline="a", metrics=[])  # pandas' "No objects to concatenate" before
+
+
+MASK = torch.ones(2, 2)
+
+
+@pytest.mark.parametrize("rows", [True, 2.7, np.float64(2.0)], ids=["bool", "float", "numpy_float"])
+def test_a_row_count_is_an_integer(rows):
+    with pytest.raises(ValueError, match=f"num_trained_rows must be an integer .*, got {type(rows).__name__}"):
+        normalize_advantages_by_rollout(MASK, MASK, ["a", "b"], num_trained_rows=rows)  # True was taken as 1 row
+
+
+def test_a_numpy_row_count_is_taken():
+    out = normalize_advantages_by_rollout(MASK, MASK, ["a", "b"], num_trained_rows=np.int64(2))
+    torch.testing.assert_close(out, MASK / 4)  # each row: its rollout's 2 tokens x 2 rows
+
+
+def test_check_names_the_users_key_for_a_group_beyond_the_example_batch(capsys):
+    limits = [f"agentlightning.trace_aggregator.trajectory_max_{part}_length=16" for part in ("prompt", "response")]
+    assert main(["check", "actor_rollout_ref.rollout.n=1100", *limits]) == 0  # a valid config
+    out = capsys.readouterr().out
+    assert (
+        "Example batch skipped: actor_rollout_ref.rollout.n=1100: the example batch's generator makes at most 1024"
+        in out
+    )
+    assert "SyntheticKnobs" not in out  # "SyntheticKnobs.rollouts_per_prompt must be an integer in [1, 1024]" before

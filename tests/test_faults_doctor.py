@@ -1,10 +1,14 @@
 """Fault suite, the doctor: what any later stage refuses (composition, verl, the trainer, the machine's memory), the
-doctor refuses first, naming the key and the fix — from one table of ranges, for every key in it — and a sweep checks
-every setting before its first cell trains."""
+doctor refuses first, naming the key and the fix — from one table of ranges, for every key in it, and from the
+trainer's own start-up code — so ``agl-lab check`` and ``agl-lab train`` give the same line for every config the
+trainer refuses; a size that cannot finish is refused before any work; and a sweep checks every setting before its
+first cell trains."""
 
+import copy
 import re
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from agl_lab import ConfigError, compose_config, diagnose, run_sweep, short_run_config
@@ -13,6 +17,7 @@ from agl_lab.config.compose import BASES, compose_from, shared_base
 from agl_lab.config.constraints import CONSTRAINTS, Constraint, constraint_problems
 from agl_lab.config.doctor import DoctorError
 from agl_lab.config.key_types import default_value
+from agl_lab.config.settings import LOSS_MODE
 from agl_lab.training.preflight import FeasibilityWarning, check_trainable
 from agl_lab.training.sweep_plan import SWEEP_OWNED_KEYS
 from conftest import TINY_RUN
@@ -148,3 +153,93 @@ def test_the_readme_lists_every_range_of_the_table():
     section = readme.split("### The doctor's ranges", 1)[1].split("\n## ", 1)[0]
     missing = [key for key in CONSTRAINTS if not key.startswith("lab.") and f"`{key}`" not in section]
     assert missing == []
+
+
+# Each config the trainer refused (exit 2 or 70, a run directory left behind) or ran on while `check` passed it
+# (issue 34), and the key the one error names: `check` and `train` now give the same verdict and line.
+_ACTOR = "actor_rollout_ref.actor"
+GATE_CASES = {
+    "both_micro_batch_sizes": ([f"{_ACTOR}.ppo_micro_batch_size=4"], f"{_ACTOR}.ppo_micro_batch_size"),
+    "steps_null": (["trainer.total_training_steps=null"], "trainer.total_training_steps"),
+    "dro_without_beta": ([f"{_ACTOR}.policy_loss.loss_mode=dro"], f"{_ACTOR}.policy_loss.dro_beta"),
+    "weight_decay": ([f"{_ACTOR}.optim.weight_decay=-1"], f"{_ACTOR}.optim.weight_decay"),
+    "betas": ([f"{_ACTOR}.optim.betas=[0.9,2.0]"], f"{_ACTOR}.optim.betas"),
+    "warmup_style": ([f"{_ACTOR}.optim.warmup_style=bogus"], f"{_ACTOR}.optim.warmup_style"),
+    # a GPU machine has cuda: an index it lacks is refused there alike
+    "device_cuda": (["lab.device=cuda" if not torch.cuda.is_available() else "lab.device=cuda:64"], "lab.device"),
+    "device_banana": (["lab.device=banana"], "lab.device"),
+    "kl_loss_type": ([f"{_ACTOR}.use_kl_loss=true", f"{_ACTOR}.kl_loss_type=bogus"], f"{_ACTOR}.kl_loss_type"),
+    "min_lr_ratio": (
+        [f"{_ACTOR}.optim.lr_scheduler_type=cosine", f"{_ACTOR}.optim.min_lr_ratio=-1"],
+        f"{_ACTOR}.optim.min_lr_ratio",
+    ),
+    "lr_nan_at_once": ([f"{_ACTOR}.optim.lr=1e9"], f"{_ACTOR}.optim.lr"),
+    "negative_loss_scale": (
+        [f"{_ACTOR}.loss_agg_mode=seq-mean-token-sum-norm", f"{_ACTOR}.loss_scale_factor=-1"],
+        f"{_ACTOR}.loss_scale_factor",
+    ),
+    "ppo_epochs_forever": ([f"{_ACTOR}.ppo_epochs=100000"], "config"),
+    "threads_beyond_cores": (["lab.cpu_threads=1024"], "lab.cpu_threads"),
+    "rollout_n_beyond_memory": (["actor_rollout_ref.rollout.n=1000000"], "config"),
+}
+
+
+def errors_of(capsys, *argv) -> tuple[int, list[str]]:
+    code = main(list(argv))
+    err = capsys.readouterr().err
+    return code, [line.strip() for line in err.splitlines() if line.startswith("  error")]
+
+
+@pytest.mark.parametrize(("items", "key"), list(GATE_CASES.values()), ids=list(GATE_CASES))
+def test_check_and_train_give_the_same_verdict_and_line(capsys, tmp_path, items, key):
+    run_dir = tmp_path / "run"
+    trained = errors_of(capsys, "train", *items, f"lab.run_dir={run_dir}")  # stops at its start-up gate
+    checked = errors_of(capsys, "check", "--base", "short-run", *items)  # what train composes
+    example = errors_of(capsys, "check", *items)  # check's own base
+    assert trained[0] == checked[0] == example[0] == 1  # the doctor's exit, not 0, 2 or 70
+    assert trained[1] == checked[1] and len(trained[1]) == 1, trained[1]
+    assert all(line.startswith(f"error   {key}: ") and " -> fix: " in line for line in trained[1] + example[1])
+    assert not run_dir.exists()  # refused before anything was created
+
+
+@pytest.mark.parametrize(
+    ("item", "why"),
+    [
+        (f"{_ACTOR}.loss_scale_factor=-1", "so a negative one flips the loss's sign and every update climbs it"),
+        (f"{_ACTOR}.optim.lr=1e9", "send the policy's next-token probabilities to inf/NaN (Adam moves every weight"),
+        (f"{_ACTOR}.optim.warmup_style=bogus", '`assert self.warmup_style in ["constant", "cosine"]` failed (verl/'),
+        (f"{_ACTOR}.ppo_epochs=100000", f"lower {_ACTOR}.ppo_epochs (100% of the work"),
+    ],
+    ids=["loss_scale", "lr", "bare_assert", "epochs"],
+)
+def test_a_value_that_diverges_or_never_finishes_is_told_why(capsys, item, why):
+    assert errors_of(capsys, "check", "--base", "short-run", item)[1][0].count(why) == 1
+
+
+def test_every_loss_mode_of_the_catalogue_passes_the_trainers_start_up_checks(base):
+    from agl_lab.config.modes import LOSS_MODES
+    from agl_lab.training.startup_checks import startup_findings
+
+    # the policy loss is called once on one token: none may refuse its defaults (each verl setting pair once)
+    verl_settings = {
+        tuple((k, v) for k, v in mode.settings.items() if k.startswith("actor_rollout_ref.")): name
+        for name, mode in LOSS_MODES.items()
+    }
+    for settings, name in verl_settings.items():
+        cfg = copy.deepcopy(base)
+        for key, value in settings:
+            OmegaConf.update(cfg, key, value, merge=False)
+        findings, actor = startup_findings(cfg)
+        assert findings == [] and actor.policy_loss.loss_mode == OmegaConf.select(cfg, LOSS_MODE), name
+
+
+def test_a_seed_range_beyond_a_sweep_is_refused_at_once_with_how_long_it_would_take(capsys, tmp_path):
+    with pytest.raises(SystemExit) as usage:  # argparse's: the seeds are refused before they are listed
+        main(["sweep", "--executor", "serial", "--seeds", "0-100000", "--out", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert usage.value.code == 2 and "0-100000: 100,001 seeds: a sweep holds at most 1,000 cells" in err  # 45 s+
+    with pytest.raises(ValueError, match=r"3 settings x 100001 seeds = 300,003 cells \(~.* a cell by a rough count"):
+        run_sweep({"a": [], "b": ["lab.max_turns=3"], "c": ["lab.task_size=5"]}, range(100_001), sweep_dir=tmp_path)
+    code = main(["sweep", "lab.max_turns=range(1,100000000)", "--out", str(tmp_path / "s")])  # never enumerated
+    assert code == 2 and "lab.max_turns=range(1,100000000): more than 1,000 values" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

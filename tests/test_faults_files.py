@@ -1,6 +1,7 @@
-"""Fault suite, files: what a run or sweep leaves is written whole or not at all. A full disk (the kernel's
-``/dev/full``: every write fails with ENOSPC) or a signal in the middle of a write leaves the previous file and no
-``.<name>.<pid>.partial`` beside it, and the one error line names the file meant."""
+"""Fault suite, files: what a run or sweep leaves is written whole or not at all, and says what happened. A full disk
+(the kernel's ``/dev/full``: every write fails with ENOSPC) or a signal in the middle of a write leaves the previous
+file and no ``.<name>.<pid>.partial`` beside it, and the one error line names the file meant; ``status.json`` records
+the exit the command reports."""
 
 import errno
 import json
@@ -11,12 +12,14 @@ import time
 import pandas as pd
 import pytest
 
+from agl_lab.cli import main
 from agl_lab.curves.atomic_files import partial_path, write_whole, written_whole
 from agl_lab.exit_codes import report_errors
 from agl_lab.training.demo import save_results
 from agl_lab.training.process_state import stop_signals
 from agl_lab.training.sweep import SweepResult
 from agl_lab.training.sweep_cells import Cell, write_status
+from conftest import TINY_RUN
 
 
 def full_disk_at(path):
@@ -67,3 +70,12 @@ def test_a_signal_in_the_middle_of_a_write_leaves_the_old_file_and_no_partial(tm
         partial.write_text('{"status": "stopped"}\n')
     assert path.read_text() == '{"status": "finished"}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]
+
+
+def test_a_run_that_trained_nothing_says_so_in_its_status(capsys, tmp_path):
+    run = tmp_path / "run"  # every prompt is cut and its row marked: every step is skipped
+    item = "agentlightning.trace_aggregator.trajectory_max_prompt_length=1"
+    assert main(["train", *TINY_RUN, "trainer.total_training_steps=1", item, f"lab.run_dir={run}"]) == 6
+    assert "agl-lab: trained nothing: every one of the 1 steps was skipped" in capsys.readouterr().err
+    status = json.loads((run / "status.json").read_text())  # it said finished, exit_code 0
+    assert status == {"status": "trained_nothing", "steps": 1, "exit_code": 6}

@@ -163,3 +163,17 @@ def test_nan_logged_to_wandb_offline_is_kept_and_warned_about(tmp_path, monkeypa
         table = read_wandb_offline(tmp_path)
     got = values(table)
     assert got[0] == (0, 0.5) and math.isnan(got[1][1]) and got[2] == (2, math.inf)
+
+
+def test_a_metric_logged_twice_at_one_step_is_refused_naming_both_lines(tmp_path):
+    # two runs appended to one file (or a step logged again after a restart): averaging the two would be a guess
+    run = run_dir(tmp_path, '{"step": 1, "training/reward": 0.25}\n{"step": 2, "training/reward": 0.5}\n'
+                  '{"step": 2, "training/reward": 0.75, "other": 1}\n')  # fmt: skip
+    where = run / "metrics.jsonl"
+    twice = f"{where}, line 3: training/reward is logged a second time at step 2 (first: {where}, line 2)"
+    with pytest.raises(ValueError, match=re.escape(twice)):
+        read_history(run)
+    path = tmp_path / "exp.jsonl"  # verl's file backend, which appends
+    path.write_text('{"step": 1, "data": {"a": 1}}\n{"step": 1, "data": {"b": 2}}\n{"step": 1, "data": {"a": 3}}\n')
+    with pytest.raises(ValueError, match=re.escape(f"{path}, line 3: a is logged a second time at step 1")):
+        read_verl_jsonl(path)  # lines 1 and 2 log other metrics at step 1: one step, merged

@@ -1,8 +1,9 @@
 """Fault suite, re-runs: a sweep run again into the same folder never deletes or replaces finished work silently.
 
 A changed config for finished cells is refused (exit 4) naming what changed and how to start anew, touching
-nothing; new seeds extend the sweep beside the finished cells; an interrupted cell is rerun with a warning saying
-what its folder held; ``cells.csv`` says which cells the summary covers.
+nothing; new seeds extend the sweep beside the finished cells; an interrupted cell, or a finished one whose policy no
+longer loads, is rerun with a warning saying what its folder held; a finished cell without its policy here is named;
+``cells.csv`` says which cells the summary covers.
 """
 
 import json
@@ -13,7 +14,7 @@ import pytest
 
 from agl_lab.cli import main
 from agl_lab.training.sweep import run_sweep
-from agl_lab.training.sweep_cells import CellRerunWarning
+from agl_lab.training.sweep_cells import CellRerunWarning, MissingPolicyWarning
 from conftest import TINY_RUN
 
 AXIS = "lab.task_size=4,5"  # two settings: task_size-4 and task_size-5
@@ -86,3 +87,25 @@ def test_an_interrupted_cell_is_rerun_with_a_warning_naming_what_it_held(out):
         result = run_sweep(settings, [0], sweep_dir=out, dotlist=ONE_STEP, executor="serial", progress=False)
     assert result.cells.status.tolist() == ["done", "done"]
     assert (out / "task_size-4" / "seed-0" / "metrics.jsonl").stat().st_mtime_ns == kept
+
+
+SETTINGS = {f"task_size-{n}": [f"lab.task_size={n}"] for n in (4, 5)}
+
+
+def test_a_finished_cell_whose_policy_no_longer_loads_is_rerun_saying_why(out):
+    weights = out / "task_size-5" / "seed-0" / "policy" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # cut short, as a full disk or a bad copy leaves it
+    kept = (out / "task_size-4" / "seed-0" / "metrics.jsonl").stat().st_mtime_ns
+    with pytest.warns(CellRerunWarning, match=r"task_size-5 seed 0 was damaged \(its policy/: model.safetensors does"):
+        result = run_sweep(SETTINGS, [0], sweep_dir=out, dotlist=ONE_STEP, executor="serial", progress=False)
+    assert result.cells.status.tolist() == ["done", "done"]  # "done" with no word before
+    assert weights.stat().st_size > 1000
+    assert (out / "task_size-4" / "seed-0" / "metrics.jsonl").stat().st_mtime_ns == kept
+
+
+def test_a_finished_cell_without_its_policy_here_keeps_its_results_and_is_named(out):
+    shutil.rmtree(out / "task_size-4" / "seed-0" / "policy")  # on a Ray cluster it stays on its node
+    before = snapshot(out / "task_size-4")
+    with pytest.warns(MissingPolicyWarning, match=r"1 finished cell\(s\) have no policy/ folder here \(task_size-4"):
+        result = run_sweep(SETTINGS, [0], sweep_dir=out, dotlist=ONE_STEP, executor="serial", progress=False)
+    assert result.cells.status.tolist() == ["done", "done"] and snapshot(out / "task_size-4") == before

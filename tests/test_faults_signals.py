@@ -1,10 +1,12 @@
-"""Fault suite, signals: SIGINT and SIGTERM sent to real ``agl-lab`` processes — ``train``, ``demo``, ``sweep`` serially
-and on Ray — once or in bursts, as a keyboard, ``timeout``, Slurm or ``docker stop`` sends them.
+"""Fault suite, signals: SIGINT, SIGTERM and SIGHUP sent to real ``agl-lab`` processes — ``train``, ``demo``, ``sweep``
+serially and on Ray — once or in bursts, as a keyboard, ``timeout``, Slurm, ``docker stop`` or a closed terminal sends
+them, and from the command's first moment; and a pipe whose reader went away.
 
-Whatever the rhythm: the exit status is the first signal's (130 Ctrl-C, 143 SIGTERM) with one stopped line on stderr
-and no traceback (Ray's exit hook included) nor native stack dump; every file is whole (the policy loads back, each
-metrics line parses, ``status.json`` and W&B record the stop with that exit status); a sweep prints the summary of
-the cells that finished and the next run reruns the stopped one.
+Whatever the rhythm: the exit status is the first signal's (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP) with one stopped line
+on stderr and no traceback (Ray's exit hook included) nor native stack dump; every file is whole (the policy loads
+back, each metrics line parses, ``status.json`` and W&B record the stop with that exit status); a sweep prints the
+summary of the cells that finished, marks the stopped cell ``interrupted``, and the next run reruns it. Output into a
+closed pipe (``agl-lab check | head -1``) ends the command without a word (exit 141).
 """
 
 import json
@@ -24,12 +26,16 @@ from agl_lab.training.process_state import deferred_signals, stop_requested, sto
 from conftest import TINY_RUN, lines_in, start_agl_lab, wait_until
 
 LONG = "trainer.total_training_steps=400"
-STOPPED = {130: "agl-lab: stopped by Ctrl-C (SIGINT)", 143: "agl-lab: stopped by SIGTERM"}
+STOPPED = {
+    129: "agl-lab: stopped by SIGHUP",
+    130: "agl-lab: stopped by Ctrl-C (SIGINT)",
+    143: "agl-lab: stopped by SIGTERM",
+}
 # name: (signals in order, seconds between them); the first decides the exit status
 RHYTHMS = {
     "ctrl_c_x8_burst": ([signal.SIGINT] * 8, 0.03),
     "sigterm_then_ctrl_c_x3": ([signal.SIGTERM, signal.SIGINT, signal.SIGINT, signal.SIGINT], 0.15),
-    "ctrl_c_slow_pair": ([signal.SIGINT, signal.SIGINT], 1.0),
+    "sighup_then_slow_ctrl_c": ([signal.SIGHUP, signal.SIGINT], 1.0),  # a closed terminal: it used to die at once
 }
 
 
@@ -104,7 +110,8 @@ def test_sigterm_stops_a_serial_sweep_and_the_demo_keeping_finished_cells(tmp_pa
     out = results["sweep"][0][0]
     assert "total_training_steps-2 " in out and "Written:" in out and out.strip().splitlines()[-1] == str(sweep)
     assert (sweep / "cells.csv").read_text().splitlines()[1].startswith("total_training_steps-2,0,done,")
-    assert json.loads((long_cell / "cell.json").read_text())["status"] == "running"
+    assert json.loads((long_cell / "cell.json").read_text())["status"] == "interrupted"  # it said running before
+    assert json.loads((demo_cell / "cell.json").read_text())["status"] == "interrupted"
     assert_whole_run(long_cell, 143)
     assert_whole_run(demo_cell, 143)
 
@@ -129,7 +136,7 @@ def test_sigterm_stops_a_sweep_on_ray_without_native_dumps_or_stray_workers(tmp_
     assert_one_clean_stop(err, 143)
     assert "total_training_steps-2 " in out and out.strip().splitlines()[-1] == str(sweep)
     # the cancelled cell stopped like Ctrl-C inside its worker: its steps, policy and status whole
-    assert json.loads((long_cell / "cell.json").read_text())["status"] == "running"
+    assert json.loads((long_cell / "cell.json").read_text())["status"] == "interrupted"
     assert_whole_run(long_cell, 130)
     deadline = time.monotonic() + 30  # the Ray instance the sweep started went with it
     while ray_processes_in(tmp_path) and time.monotonic() < deadline:
@@ -181,10 +188,10 @@ def test_a_second_signal_while_stopping_is_ignored_by_a_real_process(tmp_path):
     script = """
 import sys, time
 from agl_lab.training.process_state import deferred_signals, stop_signals
-print("ready", flush=True)
 try:
     with stop_signals():
         try:
+            print("ready", flush=True)  # the handlers are in place and the finally below is armed
             time.sleep(60)
         finally:
             with deferred_signals():
@@ -201,3 +208,23 @@ except KeyboardInterrupt as exc:
     out, err = proc.communicate(timeout=60)
     assert (proc.returncode, out.strip()) == (143, "saved"), err
     assert err.count("already stopping") == 1
+
+
+def handles_sighup(pid: int) -> bool:
+    """Whether process ``pid`` has installed a SIGHUP handler: ``agl-lab``'s first act (Python leaves SIGHUP alone)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16)
+    return bool(caught >> (signal.SIGHUP - 1) & 1)
+
+
+def test_ctrl_c_while_it_starts_is_one_line_and_a_closed_pipe_ends_it_without_a_word(tmp_path):
+    starting = start_agl_lab(["train", *TINY_RUN, f"lab.run_dir={tmp_path / 'run'}"], cwd=tmp_path)
+    piped = start_agl_lab(["check", "--show-config"], cwd=tmp_path)  # its first lines fill a pipe's buffer
+    piped.stdout.close()  # the reader is gone before the first line, as `| head -1` is after it
+    wait_until(lambda: handles_sighup(starting.pid), starting, what="agl-lab's signal handlers")
+    starting.send_signal(signal.SIGINT)  # torch, verl and the config are still loading
+    _, err = starting.communicate(timeout=120)
+    assert (starting.returncode, err) == (130, STOPPED[130] + "; finished steps, if any, are kept\n")  # a traceback
+    assert not (tmp_path / "run").exists()
+    err = piped.stderr.read()
+    assert (piped.wait(timeout=300), err) == (141, "")  # exit 5 with "file error: [Errno 32] Broken pipe" before

@@ -104,6 +104,15 @@ CONSTRAINTS: dict[str, Constraint] = {
         fix="set agentlightning.max_ppo_update_times=null (no cap) or 2 (recommended)",
     ),
     f"{_ACTOR}.optim.lr": Constraint("number", low=0, why=": a negative learning rate climbs the loss"),
+    f"{_ACTOR}.loss_scale_factor": Constraint(
+        "number",
+        low=0,
+        low_open=True,
+        nullable=True,
+        why=": verl divides the loss by it (seq-mean-token-sum-norm), so a negative one flips the loss's sign and "
+        "every update climbs it, away from the rewards",
+        fix=f"set {_ACTOR}.loss_scale_factor=null (verl's default: the response length) or a positive number",
+    ),
     f"{_ACTOR}.kl_loss_coef": _NON_NEGATIVE,
     "algorithm.kl_ctrl.kl_coef": _NON_NEGATIVE,
     f"{_ROLLOUT}.temperature": Constraint(

@@ -1,14 +1,18 @@
 """Before a short run starts: a rough count of the memory and the time one step needs, against this machine.
 
-Sizes that pass every range check can still be infeasible here: ``actor_rollout_ref.rollout.n=1000000`` samples
-8 million episodes at once (the first step never ends, or the kernel kills the process), and a policy of
+Sizes that pass every range check can still be infeasible here: ``actor_rollout_ref.rollout.n=1000000`` samples 8
+million episodes at once (the first step never ends, or the kernel kills the process), and a policy of
 ``lab.model_hidden=8192`` × 64 layers needs a terabyte for its weights and optimizer state. :func:`estimate_step`
 counts, from the config alone, what the lab trainer (:mod:`agl_lab.training.trainer`) holds at its peak and the
 floating-point work of one step; :func:`feasibility_findings` turns that into doctor findings: an **error** when the
-peak exceeds the device's memory (the machine's RAM on the CPU, the GPU's memory on CUDA), a **warning** when one
-step would take longer than :data:`SLOW_STEP_S` at :data:`CPU_FLOPS` / :data:`GPU_FLOPS`. Both name the keys to
-lower. The counts are upper bounds of the usual kind (fp32 everywhere, every rollout making ``lab.max_turns`` rows
-padded to the aggregator's limits), not measurements: the default short run counts ~1 s per step and takes ~0.1 s.
+peak exceeds the device's memory (the machine's RAM on the CPU, the GPU's memory on CUDA) or when one step would take
+longer than :data:`MAX_STEP_S` (``ppo_epochs=100000``: the run cannot finish, and would sit in step 1 without a word), a
+**warning** when it would take longer than :data:`SLOW_STEP_S` at :data:`CPU_FLOPS` / :data:`GPU_FLOPS`. Each names the
+keys to lower, the largest part of the work first. And ``lab.cpu_threads`` beyond the cores this process may use is an
+error: torch would start that many threads on too few cores (every step slower, and under a memory limit the OpenMP
+runtime dies), and a sweep on Ray would wait forever for a node with that many CPUs. The counts are upper bounds of the
+usual kind (fp32 everywhere, every rollout making ``lab.max_turns`` rows padded to the aggregator's limits), not
+measurements: the default short run counts ~1 s per step and takes ~0.1 s.
 
 What is counted (P = the policy's parameters, S = ``train_batch_size × rollout.n`` episodes sampled together,
 C = the longest row, R = S × ``lab.max_turns`` rows, M = the micro-batch's rows, V = the vocabulary):
@@ -32,11 +36,13 @@ from omegaconf import DictConfig
 from agl_lab.config.checks import Finding
 from agl_lab.core.aggregation import aggregation_limits
 
-__all__ = ["CPU_FLOPS", "GPU_FLOPS", "SLOW_STEP_S", "StepEstimate", "estimate_step", "feasibility_findings"]
+__all__ = ["CPU_FLOPS", "GPU_FLOPS", "MAX_STEP_S", "SLOW_STEP_S", "StepEstimate", "available_cores", "estimate_step"]
+__all__ += ["feasibility_findings"]
 
 CPU_FLOPS = 1e10  # fp32 FLOP/s assumed per CPU thread (a laptop core with AVX2 reaches ~1-5e10)
 GPU_FLOPS = 5e13  # fp32/tf32 FLOP/s assumed for one CUDA GPU
 SLOW_STEP_S = 60.0  # a step counted slower than this is warned about
+MAX_STEP_S = 3600.0  # a step counted slower than this is refused: a short run of such steps cannot finish
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,7 @@ class StepEstimate:
     parameters: int  # the policy's
     memory_bytes: float  # at the step's peak
     flops: float  # one step's floating-point work
+    update_share: float  # the PPO update's share of it (ppo_epochs multiplies it)
     seconds: float  # flops at the assumed rate
     device_memory_bytes: float  # what the device has
     device: str  # "cpu" or "cuda"
@@ -72,14 +79,16 @@ def estimate_step(cfg: DictConfig) -> StepEstimate:
     update = micro * context * (20 * hidden * layers + 3 * vocab) * floats
     row_tensors = rows * context * 8 * 8  # ~8 int64/float tensors per row
     epochs = int(actor.ppo_epochs)
-    flops = 2 * params * episodes * context + (2 + 2 * reference + 6 * epochs) * params * rows * context
+    update_flops = 6 * epochs * params * rows * context
+    flops = 2 * params * episodes * context + (2 + 2 * reference) * params * rows * context + update_flops
     device, total = _device(cfg)
-    threads = int(cfg.lab.cpu_threads) or (os.cpu_count() or 1)
+    threads = min(int(cfg.lab.cpu_threads) or available_cores(), available_cores())  # more threads add no cores
     rate = GPU_FLOPS if device == "cuda" else CPU_FLOPS * threads
     return StepEstimate(
         parameters=params,
         memory_bytes=float(state + max(sampling, update) + row_tensors),
         flops=float(flops),
+        update_share=update_flops / flops,
         seconds=flops / rate,
         device_memory_bytes=float(total),
         device=device,
@@ -87,24 +96,50 @@ def estimate_step(cfg: DictConfig) -> StepEstimate:
 
 
 def feasibility_findings(cfg: DictConfig) -> list[Finding]:
-    """An error when a step cannot fit in the device's memory, a warning when it would be slow; else nothing."""
+    """An error when a step cannot fit in the device's memory or cannot finish, or when ``lab.cpu_threads`` exceeds
+    the cores; a warning when a step would be slow; else nothing."""
+    threads, cores = int(cfg.lab.cpu_threads), available_cores()
+    if threads > cores:
+        return [
+            Finding(
+                "error",
+                "lab.cpu_threads",
+                f"{threads} threads, but this process may use {cores} CPU core(s): torch would start {threads} threads "
+                "that take turns on them (every step slower; under a memory limit the OpenMP runtime dies), and a "
+                f"sweep on Ray would wait for a node with {threads} CPUs",
+                f"set lab.cpu_threads to at most {cores} (0: torch's own choice)",
+            )
+        ]
     estimate = estimate_step(cfg)
     lower = (
         "lower actor_rollout_ref.rollout.n, data.train_batch_size, the length limits or the model "
         "(lab.model_hidden, lab.model_layers)"
     )
     if estimate.memory_bytes > estimate.device_memory_bytes:
+        return [Finding("error", "config", f"a step would need {estimate.summary()}: it cannot fit in memory", lower)]
+    if estimate.update_share > 0.5 and int(cfg.actor_rollout_ref.actor.ppo_epochs) > 1:
+        lower = f"lower actor_rollout_ref.actor.ppo_epochs ({estimate.update_share:.0%} of the work; verl's default: 1)"
+    if estimate.seconds > MAX_STEP_S:
         return [
             Finding(
                 "error",
                 "config",
-                f"a step would need {estimate.summary()}: it cannot fit in memory",
+                f"a step would take {estimate.summary()}, by a rough count: more than {MAX_STEP_S:.0f} s a step, a "
+                "short run of such steps cannot finish",
                 lower,
             )
         ]
     if estimate.seconds > SLOW_STEP_S:
         return [Finding("warning", "config", f"a step would take {estimate.summary()}, by a rough count", lower)]
     return []
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity: a container's or ``taskset``'s limit, not the host's)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity on this OS
+        return os.cpu_count() or 1
 
 
 def _model_shape(cfg: DictConfig) -> tuple[int, int, int, int, bool]:

@@ -23,9 +23,12 @@ Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
 
 from __future__ import annotations
 
+import numbers
 import sys
 import warnings
 from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
 
 from agl_lab.core.groups import group_rows
 
@@ -77,6 +80,12 @@ def normalize_advantages_by_rollout(
         raise ValueError(f"divisor must be one of {list(DIVISORS)}, got {divisor!r}")
     if len(rollout_ids) != advantages.shape[0]:
         raise ValueError(f"rollout_ids length ({len(rollout_ids)}) must match advantages rows ({advantages.shape[0]})")
+    if isinstance(num_trained_rows, bool | np.bool_) or not isinstance(num_trained_rows, numbers.Integral):
+        # True would count as 1 row and 2.7 as 2.7 rows: a count is an integer (numpy's too), nothing else
+        raise ValueError(
+            f"num_trained_rows must be an integer (the row count after drops), got {type(num_trained_rows).__name__} "
+            f"{num_trained_rows!r}"
+        )
     if num_trained_rows <= 0:
         raise ValueError("num_trained_rows must be positive")
     if response_mask.shape != advantages.shape:

@@ -141,6 +141,8 @@ def compare_metrics(
 ) -> pd.DataFrame:
     """:func:`compare_settings` for each of ``metrics``, one frame (the forest plot draws one panel per metric);
     ``attrs["unpaired_seeds"]`` is keyed ``"<setting>, <metric>"``."""
+    if isinstance(metrics, str) or not list(metrics):
+        raise ValueError(f"metrics must name at least one metric (a list of names), got {metrics!r}")
     frames = [compare_settings(table, baseline=baseline, metric=m, window=window, method=method) for m in metrics]
     effects = pd.concat(frames, ignore_index=True)
     unpaired = {f"{s}, {f.metric.iloc[0]}": seeds for f in frames for s, seeds in f.attrs["unpaired_seeds"].items()}
@@ -154,6 +156,11 @@ def run_values(table: pd.DataFrame, *, metric: str, window: str) -> pd.DataFrame
     A run's steps are every step it logged (any metric), as in the summary. ``attrs["seedless"]``: setting → runs
     without a seed (left out: nothing to pair them by).
     """
+    if not isinstance(table, pd.DataFrame):
+        raise TypeError(
+            "table must be a long-form history, a pandas DataFrame with setting, seed, step, metric and value "
+            f"columns (agl_lab.run_sweep(...).table, read_history(...)), got {type(table).__name__}"
+        )
     missing = {"setting", "seed", "step", "metric", "value"} - set(table.columns)
     if missing:
         raise ValueError(f"the table lacks columns {sorted(missing)}: give a long-form history (agl_lab.run_sweep)")

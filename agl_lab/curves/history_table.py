@@ -5,7 +5,9 @@ Each reader hands :func:`long_table` its steps as ``(where, step, {metric: value
 line. A step must be an integer (ints, integral floats as W&B writes them, integer text from a CSV): ``abc``, ``2.5``
 or a missing step is a ValueError naming where, never a silent NA. A value is a number; ``None`` is a metric not
 logged at that step; in agl_lab's and verl's files anything else is a ValueError (W&B's own runs also log text and
-media, skipped there). NaN and ±inf are kept as logged and each file warns once (:class:`NonFiniteWarning`).
+media, skipped there). NaN and ±inf are kept as logged and each file warns once (:class:`NonFiniteWarning`). A
+metric logged twice at one step (a file two runs appended to, a step logged again after a restart) is a ValueError
+naming both places: a history holds one value per metric and step, and averaging the two would be a guess.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def long_table(
     """The long-form table of ``(where, step, {metric: value})`` steps. A step must be an integer; a value must be a
     number or null (null: not logged) when ``strict``, else what is not a number is skipped (W&B's text, media)."""
     records = []
+    logged: dict[tuple[int, str], str] = {}  # (step, metric) -> where it was logged first
     for where, step, row in steps:
         step = _step(step, where=where)
         for metric, value in row.items():
@@ -51,6 +54,13 @@ def long_table(
                 if strict:
                     raise ValueError(f"{where}: {metric} must be a number (or null), got {value!r}")
                 continue
+            if (step, metric) in logged:
+                raise ValueError(
+                    f"{where}: {metric} is logged a second time at step {step} (first: {logged[step, metric]}): a "
+                    "history holds one value per metric and step, and nothing was read (did two runs append to one "
+                    "file? keep one)"
+                )
+            logged[step, metric] = where
             records.append((step, metric, float(value)))
     table = pd.DataFrame(records, columns=["step", "metric", "value"])
     table["source"], table["run"], table["setting"], table["seed"] = source, run, setting or run, seed

@@ -30,9 +30,9 @@ from verl import DataProto
 from agl_lab.config.settings import MINI_BATCH, ROLLOUT_N
 from agl_lab.core.aggregation import aggregate, aggregation_limits
 from agl_lab.lab.examples import example_rows
-from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rollouts
+from agl_lab.lab.synthetic import SyntheticKnobs, knob_range, synthetic_rollouts
 
-__all__ = ["ASSUMED", "MAX_ROLLOUTS", "MAX_ROW_TOKENS", "ExampleBatch", "example_batch"]
+__all__ = ["ASSUMED", "MAX_ROLLOUTS", "MAX_ROW_TOKENS", "ExampleBatch", "example_batch", "example_problem"]
 
 MAX_ROLLOUTS = 256  # a larger step is sampled (module docstring)
 MAX_ROW_TOKENS = 2048  # a row's width (prompt + response limits) after token scaling
@@ -60,8 +60,23 @@ class ExampleBatch:
     metrics: dict[str, Any] = field(default_factory=dict)  # the trace aggregation's (Agent Lightning's adapter)
 
 
+def example_problem(cfg: DictConfig) -> str | None:
+    """Why no example batch can be made for ``cfg`` (in the config's own keys), or None. Sampling shrinks the prompts
+    of a step, never its rollouts per prompt (each GRPO group whole): the generator makes at most its limit."""
+    n, most = int(OmegaConf.select(cfg, ROLLOUT_N)), int(knob_range("rollouts_per_prompt")[1])
+    if n <= most:
+        return None
+    return (
+        f"{ROLLOUT_N}={n}: the example batch's generator makes at most {most} rollouts per prompt (a GRPO group is "
+        f"sampled whole), so steps 1-5 cannot run on one of this size here; the findings above hold as they are"
+    )
+
+
 def example_batch(cfg: DictConfig) -> ExampleBatch:
-    """The example batch for ``cfg`` (module docstring): a step of its size, sampled when large."""
+    """The example batch for ``cfg`` (module docstring): a step of its size, sampled when large; a ValueError (see
+    :func:`example_problem`) when it cannot be made."""
+    if problem := example_problem(cfg):
+        raise ValueError(problem)
     prompts, n = int(cfg.data.train_batch_size), int(OmegaConf.select(cfg, ROLLOUT_N))
     mini = int(OmegaConf.select(cfg, MINI_BATCH))
     if (prompts, n) == _HAND_BUILT:

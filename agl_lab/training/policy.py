@@ -104,6 +104,12 @@ def resolve_device(name: str) -> torch.device:
         raise ValueError(f"lab.device={name!r} is not a torch device: use auto, cpu, cuda or cuda:N") from exc
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"lab.device={name!r} but torch sees no CUDA device: use lab.device=auto or cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise ValueError(
+            f"lab.device={name!r} but torch sees {count} CUDA device(s), cuda:0 to cuda:{count - 1}: use lab.device="
+            f"auto, cuda or cuda:N with N < {count}"
+        )
     return device
 
 

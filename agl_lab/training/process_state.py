@@ -5,15 +5,16 @@ notebook cell runs another), so each is shared, not grabbed:
 
 * :func:`torch_threads` — the first run to start sets ``torch.set_num_threads(lab.cpu_threads)``, the last to end
   restores what was there; runs in between share the setting (a run asking for another count is told so).
-* :func:`stop_signals` — SIGINT (Ctrl-C) raises ``KeyboardInterrupt`` and SIGTERM (what ``timeout``, schedulers and
-  ``docker stop`` send) raises :class:`Terminated`, a ``KeyboardInterrupt``, in the main thread, **once**: the run or
-  sweep ends as after Ctrl-C (finished steps kept, the policy saved, the trackers closed with their exit records).
-  Every later signal, in any rhythm, is ignored while the process stops (with one ``already stopping`` line), so the
-  stopping itself is never interrupted half-way; a process that must die now takes SIGKILL. Inside
-  :func:`deferred_signals` (where files are completed: the policy, the last records) even the first signal waits
-  until the block ends. Blocks nest: the outermost one owns the handlers, and the first
-  signal's name stays readable (:func:`stop_requested`, :func:`stopped_by`) until it ends. Only the main thread can
-  install a signal handler; elsewhere the caller's handling stays as it is.
+* :func:`stop_signals` — SIGINT (Ctrl-C) raises ``KeyboardInterrupt``; SIGTERM (what ``timeout``, schedulers and
+  ``docker stop`` send) and SIGHUP (a closed terminal or ssh session) raise :class:`Terminated`, a ``KeyboardInterrupt``
+  naming its signal; in the main thread, **once**: the run or sweep ends as after Ctrl-C (finished steps kept, the
+  policy saved, the trackers closed with their exit records). Every later signal, in any rhythm, is ignored while the
+  process stops (with one ``already stopping`` line), so the stopping itself is never interrupted half-way; a process
+  that must die now takes SIGKILL. Inside :func:`deferred_signals` (where files are completed: the policy, the last
+  records) even the first signal waits until the block ends. Blocks nest: the outermost one owns the handlers, and the
+  first signal's name stays readable (:func:`stop_requested`, :func:`stopped_by`) until it ends. Only the main thread
+  can install a signal handler; elsewhere the caller's handling stays as it is. A SIGHUP the process was started to
+  ignore (``nohup``) stays ignored.
 * :func:`exit_protected` — once a command has ended, the interpreter's exit hooks (Ray's ``shutdown``) run with the
   stop signals ignored: a late Ctrl-C never prints a traceback from them.
 """
@@ -35,14 +36,24 @@ __all__ = [
     "reinstall_stop_handlers",
     "signal_exit_code",
     "stop_requested",
+    "stop_exception",
     "stop_signals",
     "stopped_by",
+    "stopped_line",
     "torch_threads",
 ]
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived: the process was asked to end (``timeout``, a scheduler, ``docker stop``)."""
+    """SIGTERM or SIGHUP arrived: the process was asked to end (``timeout``, a scheduler, ``docker stop``; a closed
+    terminal). ``signal_name`` says which."""
+
+    def __init__(self, signal_name: str = "SIGTERM") -> None:
+        super().__init__(f"signal {signal_name}")
+        self.signal_name = signal_name
+
+    def __reduce__(self):  # pickled by its signal's name (Ray hands exceptions between processes)
+        return type(self), (self.signal_name,)
 
 
 _threads_lock = threading.Lock()
@@ -78,7 +89,7 @@ def torch_threads(n: int) -> Iterator[None]:
                 torch.set_num_threads(_threads_before)
 
 
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class _StopState:
@@ -106,7 +117,7 @@ def stop_signals() -> Iterator[None]:
     outermost = _state.depth == 0
     if outermost:
         _state.__init__()
-        _state.previous = {sig: signal.signal(sig, _handler) for sig in _SIGNALS}
+        _state.previous = {sig: signal.signal(sig, _handler) for sig in _handled()}
     _state.depth += 1
     try:
         yield
@@ -132,19 +143,33 @@ def deferred_signals() -> Iterator[None]:
         _state.deferring -= 1
     if _state.deferring == 0 and _state.depth and _state.first and not _state.raised:
         _state.raised = True
-        raise _interrupt(_state.first)
+        raise stop_exception(_state.first)
 
 
 def signal_exit_code(name: str) -> int:
-    """The exit status a shell reports for a process ended by signal ``name``: 128 + its number (SIGINT 130,
-    SIGTERM 143), what ``timeout``, Slurm and ``docker stop`` read."""
+    """The exit status a shell reports for a process ended by signal ``name``: 128 + its number (SIGHUP 129, SIGINT
+    130, SIGTERM 143), what ``timeout``, Slurm and ``docker stop`` read."""
     return 128 + signal.Signals[name].value
 
 
 def stopped_by(exc: KeyboardInterrupt) -> str:
     """The signal that stopped the work: the first one received (a library between the signal and the caller may
     raise a plain ``KeyboardInterrupt`` for any signal: Ray's ``wait`` does), else what ``exc`` says."""
-    return stop_requested() or ("SIGTERM" if isinstance(exc, Terminated) else "SIGINT")
+    return stop_requested() or (exc.signal_name if isinstance(exc, Terminated) else "SIGINT")
+
+
+def stopped_line(name: str) -> str:
+    """The line a command stopped by signal ``name`` ends with (after ``agl-lab: ``). Here, with the standard library
+    alone: a stop while the stack loads can leave its modules half-imported, and must not need them to say so."""
+    return f"stopped by {_SPOKEN.get(name, name)}; finished steps, if any, are kept"
+
+
+_SPOKEN = {"SIGINT": "Ctrl-C (SIGINT)"}
+
+
+def stop_exception(name: str) -> KeyboardInterrupt:
+    """The exception a stop by signal ``name`` raises: ``KeyboardInterrupt`` for SIGINT, :class:`Terminated` else."""
+    return KeyboardInterrupt() if name == "SIGINT" else Terminated(name)
 
 
 def stop_requested() -> str | None:
@@ -153,10 +178,10 @@ def stop_requested() -> str | None:
 
 
 def reinstall_stop_handlers() -> None:
-    """Take SIGINT and SIGTERM back after a library replaced their handlers (``ray.init`` installs its own SIGTERM
+    """Take the stop signals back after a library replaced their handlers (``ray.init`` installs its own SIGTERM
     handler, which exits without stopping anything, and Ray's core a native one that dumps a stack)."""
     if _state.depth and threading.current_thread() is threading.main_thread():
-        for sig in _SIGNALS:
+        for sig in _state.previous:
             signal.signal(sig, _handler)
 
 
@@ -179,11 +204,12 @@ def _handler(signum: int, frame) -> None:
     if _state.deferring:
         return  # raised when the deferred block ends
     _state.raised = True
-    raise _interrupt(_state.first)
+    raise stop_exception(_state.first)
 
 
-def _interrupt(name: str) -> KeyboardInterrupt:
-    return Terminated(f"signal {name}") if name == "SIGTERM" else KeyboardInterrupt()
+def _handled() -> list[int]:
+    """The stop signals to handle: all but a SIGHUP ignored when the process started (``nohup`` asked for that)."""
+    return [sig for sig in _SIGNALS if sig != signal.SIGHUP or signal.getsignal(sig) is not signal.SIG_IGN]
 
 
 def _ignore_stop_signals() -> None:

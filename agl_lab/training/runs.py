@@ -6,7 +6,8 @@ Layout (``lab.run_dir``, or a fresh ``runs/<time>-<experiment_name>-s<seed>/`` u
     metrics.jsonl    {"step": N, "<metric>": value, ...} per step   (identical for the same seed on one machine)
     timings.jsonl    {"step": N, "timing_s/...": s, "perf/...": x}  (wall clock, kept apart so the above is exact)
     policy/          save_pretrained model + tokenizer              (at the end, also after Stop / Ctrl-C; whole)
-    status.json      {"status": finished|stopped|failed, "steps", "exit_code"}   (at the end; absent: killed)
+    status.json      {"status", "steps", "exit_code"} (at the end; absent: killed): finished (0), trained_nothing (6:
+                     every step skipped), stopped (128 + N: signal N; the Stop button: 1), failed (1)
     wandb/           the W&B run, offline-run-*/ when offline       (trainer.logger has wandb)
     tracking.jsonl   verl's file backend                            (trainer.logger has file)
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -31,13 +33,16 @@ from omegaconf import DictConfig
 from agl_lab.config.secrets import redacted_yaml
 from agl_lab.curves.atomic_files import write_whole
 
-__all__ = ["STATUS_FILE", "RunFiles", "create_run_dir", "finished_runs", "resolved_config_yaml"]
+__all__ = ["STATUS_FILE", "TRAINED_NOTHING", "RunFiles", "create_run_dir", "finished_runs", "resolved_config_yaml"]
 
 STATUS_FILE = "status.json"
+TRAINED_NOTHING = 6  # the exit code of a run that finished with every step skipped (agl_lab.exit_codes)
 
 
 def create_run_dir(cfg: DictConfig) -> Path:
-    """``lab.run_dir`` (created if needed; refused if it already holds a run), else a fresh timestamped folder."""
+    """``lab.run_dir`` (created if needed; refused if it already holds a run), else a fresh timestamped folder in
+    ``runs/``, named after ``trainer.experiment_name`` with its path separators as ``_``: a name never leaves ``runs/``
+    (``../../escaped`` becomes ``.._.._escaped``)."""
     if cfg.lab.run_dir:
         path = Path(cfg.lab.run_dir).expanduser()
         if (path / "config.yaml").exists() or (path / "metrics.jsonl").exists():
@@ -45,7 +50,8 @@ def create_run_dir(cfg: DictConfig) -> Path:
         path.mkdir(parents=True, exist_ok=True)
         return path.resolve()
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = Path("runs") / f"{stamp}-{cfg.trainer.experiment_name}-s{cfg.lab.seed}"
+    name = re.sub(r"[/\\\x00]", "_", str(cfg.trainer.experiment_name))
+    base = Path("runs") / f"{stamp}-{name}-s{cfg.lab.seed}"
     path, n = base, 1
     while True:
         try:
@@ -108,9 +114,11 @@ class RunFiles:
         self.steps += 1
 
     def write_status(self, *, exit_code: int, stopped: bool) -> None:
-        """``status.json``: how the run ended (``finished``, ``stopped`` by a signal or the Stop button, ``failed``),
-        its finished steps and exit code (what the trackers record). Written whole; a killed run has none."""
-        status = "finished" if exit_code == 0 else "stopped" if stopped else "failed"
+        """``status.json``: how the run ended (``finished``, ``trained_nothing``, ``stopped`` by a signal or the Stop
+        button, ``failed``), its finished steps and exit code (what the trackers record, and what ``agl-lab train``
+        exits with). Written whole; a killed run has none."""
+        ended = {0: "finished", TRAINED_NOTHING: "trained_nothing"}
+        status = "stopped" if stopped else ended.get(exit_code, "failed")
         record = {"status": status, "steps": self.steps, "exit_code": exit_code}
         write_whole(self.run_dir / STATUS_FILE, json.dumps(record, indent=1) + "\n")
 

@@ -2,15 +2,18 @@
 
 ``<sweep_dir>/<setting>/seed-<n>/cell.json`` records the cell's setting, seed, dotlist (secrets as ``***``), status
 (``running``, ``done``, ``failed`` with its error), wall time, where it ran (``node_id``: the Ray node's id, None
-outside Ray; ``host``: the machine's name) and ``config_sha256``: the hash of the resolved config
-the cell trained with (secrets masked, its own directory left out, so a sweep moved elsewhere still matches). A cell
-is done only for that exact config. Finished work is never replaced silently: a sweep rerun into the same folder whose
-config changed for a finished cell (other steps, a setting redefined, another shared item) is refused before anything
-runs (:func:`refuse_changed`, exit 4), naming what changed and how to start anew; a sweep folder holds one config per
-setting, so its summary and panels always describe one experiment. What a rerun does run — interrupted, failed or
-damaged cells, and new seeds or settings — is warned about per cell when a folder held steps
-(:func:`warn_reruns`). The record is written whole (temporary file + rename), so a killed sweep or a full disk never
-leaves half of one, nor a stray temporary file.
+outside Ray; ``host``: the machine's name) and ``config_sha256``: the hash of the resolved config the cell trained with
+(secrets masked, its own directory left out, so a sweep moved elsewhere still matches). A cell is done only for that
+exact config. Finished work is never replaced silently: a sweep rerun into the same folder whose config changed for a
+finished cell (other steps, a setting redefined, another shared item) is refused before anything runs
+(:func:`refuse_changed`, exit 4), naming what changed and how to start anew; a sweep folder holds one config per
+setting, so its summary and panels always describe one experiment. A finished cell counts as done only while its metrics
+read and its ``policy/`` loads (its ``config.json`` parses and every weights file is whole: safetensors' header and
+sizes check out, so a file cut short is caught); a cell without a ``policy/`` here (on a Ray cluster it stays on its
+node unless fetched) keeps its results and is named in one warning (:func:`warn_without_policy`). What a rerun does run
+— interrupted, failed or damaged cells, and new seeds or settings — is warned about per cell when a folder held steps,
+with what was damaged (:func:`warn_reruns`). The record is written whole (temporary file + rename), so a killed sweep or
+a full disk never leaves half of one, nor a stray temporary file.
 
 :func:`collect` reads every cell on its own: a cell whose record or metrics are damaged is listed as ``damaged`` with
 the reason, and the table holds every other cell.
@@ -18,6 +21,7 @@ the reason, and the table holds every other cell.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import warnings
@@ -38,9 +42,12 @@ from agl_lab.curves.history import COLUMNS, read_run_dir
 from agl_lab.curves.jsonl import DamagedFileWarning, read_jsonl, read_text_file
 
 __all__ = ["CELL_FILE", "Cell", "CellRerunWarning", "SweepChangedError", "cell_status", "collect", "config_sha256"]
+__all__ += ["MissingPolicyWarning", "container_sha256", "policy_problem", "warn_without_policy"]
 __all__ += ["refuse_changed", "warn_reruns", "write_status"]
 
 CELL_FILE = "cell.json"
+POLICY_DIR = "policy"
+MISSING = "missing"  # policy_problem: the cell has no policy/ folder here
 
 
 class SweepChangedError(FileExistsError):
@@ -49,6 +56,10 @@ class SweepChangedError(FileExistsError):
 
 class CellRerunWarning(UserWarning):
     """An unfinished cell (interrupted, failed, damaged) is rerun from its first step."""
+
+
+class MissingPolicyWarning(UserWarning):
+    """Finished cells have no ``policy/`` folder here: their results count, their trained policies are elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +80,13 @@ _NOT_RESULTS = ("lab.run_dir", "lab.curve_smoothing", "lab.curve_overlay")
 
 def config_sha256(cfg: DictConfig, *, leave_out: tuple[str, ...] = _NOT_RESULTS) -> str:
     """sha256 of the resolved config (secrets masked), without the keys in ``leave_out``."""
-    container = redact(OmegaConf.to_container(cfg, resolve=True))
+    return container_sha256(redact(OmegaConf.to_container(cfg, resolve=True)), leave_out=leave_out)
+
+
+def container_sha256(container: dict[str, Any], *, leave_out: tuple[str, ...] = _NOT_RESULTS) -> str:
+    """:func:`config_sha256` of a config already resolved into plain dicts (secrets masked); ``container`` is left as
+    it was. A sweep hashes its cells this way, one resolved config per setting with each cell's seed put in."""
+    container = copy.deepcopy(container)
     for path in leave_out:
         *parents, last = path.split(".")
         node = container
@@ -98,7 +115,45 @@ def cell_status(cell: Cell) -> str | None:
                 read_jsonl(Path(cell.run_dir) / "metrics.jsonl")
         except (OSError, ValueError):
             return "damaged"
+        if policy_problem(Path(cell.run_dir) / POLICY_DIR) not in (None, MISSING):
+            return "damaged"
     return status
+
+
+def policy_problem(folder: Path) -> str | None:
+    """Why a run's ``policy/`` would not load (:data:`MISSING` when there is none), or None: its ``config.json``
+    parses and every ``*.safetensors`` file is whole (header and sizes checked, no tensor read)."""
+    from safetensors import SafetensorError, safe_open
+
+    if not folder.is_dir():
+        return MISSING
+    try:
+        json.loads(read_text_file(folder / "config.json", what="JSON file"))
+    except (OSError, ValueError) as exc:
+        return f"its config.json does not read ({exc})"
+    weights = sorted(folder.glob("*.safetensors"))
+    if not weights and not list(folder.glob("*.bin")):
+        return "it holds no weights file"
+    for file in weights:
+        try:
+            with safe_open(str(file), framework="np"):
+                pass
+        except (OSError, SafetensorError) as exc:
+            return f"{file.name} does not load ({exc}: cut short or damaged)"
+    return None
+
+
+def warn_without_policy(cells: list[Cell]) -> None:
+    """One warning naming the finished cells that have no ``policy/`` folder here."""
+    lacking = [c for c in cells if cell_status(c) == "done" and policy_problem(Path(c.run_dir) / POLICY_DIR) == MISSING]
+    if lacking:
+        named = ", ".join(f"{c.setting} seed {c.seed}" for c in lacking[:6]) + (" ..." if len(lacking) > 6 else "")
+        warnings.warn(
+            f"{len(lacking)} finished cell(s) have no policy/ folder here ({named}): their results count; on a Ray "
+            "cluster a cell's policy stays on its node unless fetched (--fetch-policies)",
+            MissingPolicyWarning,
+            stacklevel=3,
+        )
 
 
 def write_status(
@@ -143,8 +198,10 @@ def warn_reruns(cells: list[Cell]) -> None:
             continue
         metrics = Path(cell.run_dir) / "metrics.jsonl"
         steps = len(metrics.read_bytes().splitlines()) if metrics.is_file() else 0
+        problem = policy_problem(Path(cell.run_dir) / POLICY_DIR) if status == "damaged" else None
+        why = f" (its policy/: {problem})" if problem not in (None, MISSING) else ""
         warnings.warn(
-            f"{cell.setting} seed {cell.seed} was {status} after {steps} step(s): it is rerun from step 1 in "
+            f"{cell.setting} seed {cell.seed} was {status}{why} after {steps} step(s): it is rerun from step 1 in "
             f"{cell.run_dir}",
             CellRerunWarning,
             stacklevel=3,

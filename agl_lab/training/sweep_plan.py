@@ -10,17 +10,23 @@ records and refuses, before anything is created, every sweep that would train so
 * the keys the sweep owns — ``lab.seed`` (from the seeds), ``lab.run_dir`` (``<sweep_dir>/<setting>/seed-<n>``) and
   ``trainer.experiment_name`` (the setting's name) — given in an item or the overrides: they would be printed as
   applied, then silently replaced;
-* duplicate seeds, seeds outside ``lab.seed``'s range, names that are not folder names or differ only in case;
+* duplicate seeds, seeds outside ``lab.seed``'s range, names that are not folder names (``..`` included) or differ
+  only in case;
+* more cells (settings × seeds) than a sweep holds (:data:`agl_lab.config.grid.MAX_SWEEP_CELLS`), with a rough count
+  of the time they would take, before any config is composed; planning takes time in proportion to what is asked
+  (one composed config per setting, each cell's seed put into it);
 * two settings with one config (each cell trained and counted twice), and two settings that differ only in a
   secret's value: the records hold secrets as ``***``, so their cells could not be told apart; the message names the
   key, never the values.
 
 Arguments from a notebook may be numpy values (``np.arange(3)`` as seeds); a wrong kind is a ``TypeError`` naming
-the parameter (:mod:`agl_lab.config.arguments`).
+the parameter (:mod:`agl_lab.config.arguments`). Each cell's ``lab.run_dir`` item is quoted for Hydra, so a sweep
+folder may hold spaces, accents, ``=`` and ``,`` (``--out 'démo out'``, ``--out lr=1e-5``).
 """
 
 from __future__ import annotations
 
+import collections
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,10 +37,13 @@ from omegaconf import DictConfig, OmegaConf
 from agl_lab.config.arguments import integer_list, mapping, path, string_list
 from agl_lab.config.compose import ConfigError, short_run_config
 from agl_lab.config.doctor import DoctorError
-from agl_lab.config.secrets import is_secret_key, redact_argv
+from agl_lab.config.dotlist import hydra_value
+from agl_lab.config.feasibility import estimate_step
+from agl_lab.config.grid import MAX_SWEEP_CELLS, too_many_cells
+from agl_lab.config.secrets import is_secret_key, redact, redact_argv
 from agl_lab.config.tree import leaves
 from agl_lab.training.preflight import check_trainable
-from agl_lab.training.sweep_cells import Cell, config_sha256
+from agl_lab.training.sweep_cells import Cell, config_sha256, container_sha256
 
 __all__ = ["SWEEP_OWNED_KEYS", "plan_sweep"]
 
@@ -71,32 +80,54 @@ def plan_sweep(
         for name, items in settings.items()
     }
     _refuse_owned_keys(settings, overrides, dotlist)
+    _refuse_too_many(settings, seeds, overrides, dotlist)
     cells, names, configs = [], {}, {}
     for name, items in settings.items():
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.+-]+", name):
-            raise ValueError(f"setting name {name!r} must be letters, digits or _ . + - (it names a directory)")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.+-]+", name) or set(name) == {"."}:
+            raise ValueError(
+                f"setting name {name!r} must be letters, digits or _ . + - and not only dots (it names a directory)"
+            )
         if name.lower() in names:
             raise ValueError(f"settings {names[name.lower()]!r} and {name!r} differ only in case: rename one")
         names[name.lower()] = name
         unnamed = short_run_config(overrides, (*dotlist, *items, f"lab.seed={seeds[0]}"))  # raises ConfigError
-        _check_setting(name, short_run_config(overrides, (*dotlist, *items, *_owned(root, name, seeds[0]))))
+        cfg = short_run_config(overrides, (*dotlist, *items, *_owned(root, name, seeds[0])))
+        _check_setting(name, cfg)
         _refuse_same_config(name, unnamed, configs)
+        resolved = redact(OmegaConf.to_container(cfg, resolve=True))  # the cells differ only in the seed (and folder)
         for seed in seeds:
+            resolved["lab"]["seed"] = seed
             cell_dotlist = (*dotlist, *items, *_owned(root, name, seed))
-            cfg = short_run_config(overrides, cell_dotlist)
             run_dir = str(root / name / f"seed-{seed}")
-            cells.append(Cell(name, seed, cell_dotlist, run_dir, config_sha256=config_sha256(cfg)))
+            cells.append(Cell(name, seed, cell_dotlist, run_dir, config_sha256=container_sha256(resolved)))
     return cells
 
 
 def _owned(root: Path, name: str, seed: int) -> tuple[str, ...]:
-    return (f"lab.seed={seed}", f"lab.run_dir={root / name / f'seed-{seed}'}", f"trainer.experiment_name={name}")
+    run_dir = hydra_value(str(root / name / f"seed-{seed}"))  # quoted when it holds spaces, accents, = or ,
+    return (f"lab.seed={seed}", f"lab.run_dir={run_dir}", f"trainer.experiment_name={name}")
+
+
+def _refuse_too_many(
+    settings: dict[str, list[str]], seeds: list[int], overrides: Mapping[str, Any] | None, dotlist: list[str]
+) -> None:
+    """Refuse more cells than a sweep holds, saying how long they would take by the doctor's rough count."""
+    cells = len(settings) * len(seeds)
+    if cells <= MAX_SWEEP_CELLS:
+        return
+    try:
+        cfg = short_run_config(overrides, (*dotlist, *next(iter(settings.values()))))
+        seconds = estimate_step(cfg).seconds * int(cfg.trainer.total_training_steps)
+        took = f" (~{_duration(seconds)} a cell by a rough count, an upper bound: ~{_duration(seconds * cells)} in all)"
+    except (ConfigError, TypeError, ValueError):  # what is wrong with the config is said once there are fewer cells
+        took = ""
+    raise ValueError(f"{len(settings)} settings x {len(seeds)} seeds = {too_many_cells('cells', cells, took=took)}")
 
 
 def _check_setting(name: str, cfg: DictConfig) -> None:
     """What a run of the setting would refuse, raised now, each problem naming the setting."""
     try:
-        check_trainable(cfg)
+        check_trainable(cfg, composed=True)  # short_run_config composed it: its keys and types are checked
     except ConfigError as exc:
         lines = [line.removeprefix("  - ") for line in str(exc).splitlines()[1:]] or [str(exc)]
         problems = [line.removeprefix("error").lstrip() for line in lines]  # it is an error: say what and where
@@ -141,6 +172,13 @@ def _refuse_same_config(name: str, cfg: DictConfig, configs: dict[str, tuple[str
     )
 
 
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
 def _secret_differences(a: DictConfig, b: DictConfig) -> list[str]:
     values_a = dict(leaves(OmegaConf.to_container(a, resolve=True)))
     values_b = dict(leaves(OmegaConf.to_container(b, resolve=True)))
@@ -157,7 +195,7 @@ def _checked_seeds(seeds: Any) -> list[int]:
         if not 0 <= seed <= 2**32 - 1:
             raise ValueError(f"seeds must be integers in [0, 2**32-1] (lab.seed), got {seed!r}")
         out.append(seed)
-    repeated = sorted({seed for seed in out if out.count(seed) > 1})
+    repeated = sorted(seed for seed, n in collections.Counter(out).items() if n > 1)
     if repeated:
         raise ValueError(f"seeds {repeated} appear more than once: each would be trained twice and counted twice")
     return out

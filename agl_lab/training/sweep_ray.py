@@ -31,14 +31,13 @@ from agl_lab.config.secrets import mask_secrets, secret_values
 from agl_lab.curves.atomic_files import write_whole
 from agl_lab.training.process_state import Terminated, reinstall_stop_handlers
 from agl_lab.training.ray_start import start_ray
-from agl_lab.training.sweep_cells import CELL_FILE, Cell, cell_status, write_status
+from agl_lab.training.sweep_cells import CELL_FILE, POLICY_DIR, Cell, cell_status, write_status
 
 __all__ = ["CANCEL_WAIT_S", "RETRIES", "cell_files", "cell_resources", "node_record", "run_on_ray", "shared_ray"]
 __all__ += ["write_cell_files"]
 
 CANCEL_WAIT_S = 60.0  # how long a stopped Ray sweep waits for its cancelled cells to save what they finished
 RETRIES = 2  # Ray's retries of a cell whose worker or node died (each attempt starts the cell afresh)
-POLICY_DIR = "policy"
 
 
 @contextmanager
@@ -186,5 +185,5 @@ def _start_ray(*, address: str | None, num_cpus: int | None) -> bool:
         return start_ray(address=address, num_cpus=num_cpus)
     except SystemExit as exc:  # while it starts, Ray's own handler turns SIGTERM into sys.exit(15)
         if exc.code == signal.SIGTERM:
-            raise Terminated("signal SIGTERM") from None
+            raise Terminated("SIGTERM") from None
         raise

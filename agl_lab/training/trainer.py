@@ -59,11 +59,12 @@ from agl_lab.training.process_state import (
     torch_threads,
 )
 from agl_lab.training.rollout import collect_rollouts, sampling_params
+from agl_lab.training.runs import TRAINED_NOTHING
 from agl_lab.training.session import open_session
 from agl_lab.training.tasks import make_task
 from agl_lab.training.tracking import open_tracker, plain_metrics
 
-__all__ = ["TrainResult", "train"]
+__all__ = ["TrainResult", "train", "trained_any"]
 
 
 class StopEvent(Protocol):
@@ -81,10 +82,11 @@ class TrainResult:
     run_dir: Path
     history: pd.DataFrame  # one row per finished step: `step` + every metric (= metrics.jsonl)
     timings: pd.DataFrame  # one row per finished step: `step` + timing_s/* and perf/* (= timings.jsonl)
-    stopped: bool  # True when the Stop event, Ctrl-C or SIGTERM ended the run before trainer.total_training_steps
+    stopped: bool  # True when the Stop event or a stop signal ended the run before trainer.total_training_steps
     wandb_run: str | None  # the W&B run's URL (online) or offline-run folder; None without the wandb backend
     config: DictConfig  # the config the run trained with (config.yaml holds it with secrets as ***)
-    interrupted_by: str | None = None  # "SIGINT" (Ctrl-C) or "SIGTERM" when a signal stopped the run
+    interrupted_by: str | None = None  # "SIGINT" (Ctrl-C), "SIGTERM" or "SIGHUP" when a signal stopped the run
+    exit_code: int = 0  # what status.json and the trackers record: 0 trained, 6 every step skipped, 128 + N signal N
 
 
 def train(
@@ -93,15 +95,18 @@ def train(
     stop_event: StopEvent | None = None,
     on_step: Callable[[dict[str, Any]], None] | None = None,
     progress: bool = True,
+    composed: bool = False,
 ) -> TrainResult:
     """Run ``trainer.total_training_steps`` steps; return the history. Files go to the run directory as it runs.
 
-    ``stop_event`` (e.g. a ``threading.Event``) is checked before every step; setting it, Ctrl-C or SIGTERM ends the
-    run cleanly: finished steps are kept, the policy saved, the trackers closed, ``stopped=True``. ``on_step`` gets
+    ``stop_event`` (e.g. a ``threading.Event``) is checked before every step; setting it, Ctrl-C, SIGTERM or SIGHUP ends
+    the run cleanly: finished steps are kept, the policy saved, the trackers closed, ``stopped=True``. ``on_step`` gets
     each step's metrics.jsonl record (``step`` + metrics) once the step is written. ``progress``: a tqdm bar.
-    Files and trackers: :mod:`agl_lab.training.session` (nothing half-made if the run fails before step 1).
+    ``composed=True``: ``cfg`` is what composition returned, its keys and types already checked
+    (:func:`~agl_lab.training.preflight.check_trainable`). Files and trackers: :mod:`agl_lab.training.session` (nothing
+    half-made if the run fails before step 1).
     """
-    steps, actor = check_trainable(cfg)
+    steps, actor = check_trainable(cfg, composed=composed)
     with torch_threads(int(cfg.lab.cpu_threads)), stop_signals():
         return _train(cfg, steps=steps, actor=actor, stop_event=stop_event, on_step=on_step, progress=progress)
 
@@ -130,9 +135,10 @@ def _train(
                     stopped = True
                     break
                 metrics, timing = run.step(step)
-                session.write(step, metrics, timing)
-                history.append({"step": step, **metrics})
-                timings.append({"step": step, **timing})
+                with deferred_signals():  # a step is in metrics.jsonl, the trackers (W&B) and the history, or none
+                    session.write(step, metrics, timing)
+                    history.append({"step": step, **metrics})
+                    timings.append({"step": step, **timing})
                 bar.update()
                 bar.set_postfix(success=metrics["lab/success_rate"], rows=metrics["training/n_sample"], refresh=False)
                 if on_step is not None:
@@ -149,6 +155,7 @@ def _train(
                 # a signal now waits until the files are whole (and is raised after them, if it is the first)
                 with deferred_signals():
                     code = 0 if finished else signal_exit_code(interrupted_by) if interrupted_by else 1
+                    code = TRAINED_NOTHING if finished and not trained_any(history) else code
                     close_errors = session.close(save_policy=run.policy.save, exit_code=code, stopped=stopped)
         if close_errors:  # only when the run itself raised nothing: that error would be the one to see
             raise close_errors[0]
@@ -160,7 +167,14 @@ def _train(
             wandb_run=session.tracker.wandb_run,
             config=cfg,
             interrupted_by=interrupted_by,
+            exit_code=code,
         )
+
+
+def trained_any(history: list[dict[str, Any]]) -> bool:
+    """Whether any step of ``history`` (metrics.jsonl's records) trained rows: a step with no rows left after the
+    drops is skipped, and a run whose every step was skipped trained nothing."""
+    return any(record.get("training/n_sample_trained", 0) > 0 for record in history)
 
 
 class _Run:
