@@ -83,11 +83,13 @@ readme: $(BIN)/.installed
 			"--ignore-glob=tests/test_browser*.py" >&2; exit 1; \
 	fi
 
+# On every core (pytest-xdist): tests/conftest.py keeps the tests sharing a server on one worker. Serially, one test
+# file or a debugger: $(BIN)/python -m pytest [FILE]
 test: $(BIN)/.oracle /usr/bin/chromium
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadgroup
 
 test-core: $(BIN)/.oracle
-	AGL_LAB_ORACLE_EXAMPLES=500 $(BIN)/python -m pytest $(CORE_TESTS)
+	AGL_LAB_ORACLE_EXAMPLES=500 $(BIN)/python -m pytest -n auto $(CORE_TESTS)
 
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_core.py

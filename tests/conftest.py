@@ -223,3 +223,19 @@ def wait_until(check, proc, *, timeout=300, what="the condition"):
 
 def lines_in(path) -> int:
     return len(Path(path).read_text().splitlines()) if Path(path).exists() else 0
+
+
+# `make test` runs the suite on both cores (pytest-xdist, ``-n 2 --dist loadgroup``). A file whose tests share one
+# server (JupyterLab with Chromium, a two-node Ray cluster) stays on one worker, so the server starts once; the files
+# that take longest start first, so that no worker is left with one of them alone at the end. Run serially (plain
+# ``pytest``), the markers do nothing and only the order changes.
+SHARED_SERVER = {"test_browser.py": "jupyterlab", "test_sweep_cluster.py": "ray-cluster"}
+LONGEST_FIRST = ("test_browser.py", "test_notebooks.py", "test_sweep_cluster.py", "test_sweep.py", "test_reproduce.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SHARED_SERVER:
+            item.add_marker(pytest.mark.xdist_group(SHARED_SERVER[item.path.name]))
+    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
