@@ -225,17 +225,19 @@ def lines_in(path) -> int:
     return len(Path(path).read_text().splitlines()) if Path(path).exists() else 0
 
 
-# `make test` runs the suite on both cores (pytest-xdist, ``-n 2 --dist loadgroup``). A file whose tests share one
-# server (JupyterLab with Chromium, a two-node Ray cluster) stays on one worker, so the server starts once; the files
-# that take longest start first, so that no worker is left with one of them alone at the end. Run serially (plain
-# ``pytest``), the markers do nothing and only the order changes.
-SHARED_SERVER = {"test_browser.py": "jupyterlab", "test_sweep_cluster.py": "ray-cluster"}
+# `make test` runs the suite on both cores (pytest-xdist, ``-n auto --dist loadgroup``). Tests that share one server
+# (JupyterLab with Chromium) stay on one worker, so it starts once; tests that start a Ray of their own (marked
+# ``ray``, the two-node cluster's file) run one after another on one worker, since two Ray starts at once on 2 busy
+# cores can miss Ray's fixed 30 s start-up window. The files that take longest start first, so that no worker is left
+# with one of them alone at the end. Run serially (plain ``pytest``), the groups do nothing and only the order changes.
+SHARED_SERVER = {"test_browser.py": "jupyterlab", "test_sweep_cluster.py": "ray"}
 LONGEST_FIRST = ("test_browser.py", "test_notebooks.py", "test_sweep_cluster.py", "test_sweep.py", "test_reproduce.py")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.name in SHARED_SERVER:
-            item.add_marker(pytest.mark.xdist_group(SHARED_SERVER[item.path.name]))
+        group = SHARED_SERVER.get(item.path.name) or ("ray" if item.get_closest_marker("ray") else None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
     rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order

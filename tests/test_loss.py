@@ -304,6 +304,7 @@ def test_normalization_matches_loop_reference_and_equalizes_rollouts(n_rows, wid
         assert (ones * mask).sum().item() == pytest.approx(1.0)
 
 
+@pytest.mark.ray
 def test_ray_workers_get_the_loss_through_the_setup_hook():
     import ray
 

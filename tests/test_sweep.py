@@ -70,6 +70,7 @@ def test_wandb_mode_is_each_cells_setting_not_the_environments(tmp_path, monkeyp
         run_sweep({"a": []}, [0], sweep_dir=tmp_path / "t", executor="serial", wandb_mode="offlne")
 
 
+@pytest.mark.ray
 def test_ray_and_serial_executors_give_the_same_table(tmp_path, capfd):
     import ray
 
@@ -255,3 +256,29 @@ def test_start_ray_starts_nothing_for_a_serial_sweep_and_refuses_other_executors
     assert start_ray(executor="serial") is False and not ray.is_initialized()
     with pytest.raises(ValueError, match=r"executor must be 'ray' or 'serial', got 'dask'"):
         start_ray(executor="dask")
+
+
+def test_a_local_ray_that_misses_rays_startup_window_is_started_again_then_the_error_is_raised(monkeypatch):
+    """Ray gives a new raylet a fixed 30 s to register (ray/_private/node.py) and then raises; on a busy machine that
+    is a slow start, not a fault: start_ray tries again (shutting down what the failed start left), warns each time,
+    and raises Ray's own error after its last try. A cluster's address is never retried: a wrong one fails at once."""
+    import ray
+
+    from agl_lab.training import ray_start
+
+    starts, shutdowns = [], []
+
+    def times_out(**options):
+        starts.append(options)
+        raise Exception("The current node timed out during startup. This could happen because ...")
+
+    monkeypatch.setattr(ray, "init", times_out)
+    monkeypatch.setattr(ray, "shutdown", lambda: shutdowns.append(1))
+    with pytest.warns(RuntimeWarning, match="did not start within Ray's 30 s") as warned:
+        with pytest.raises(Exception, match="timed out during startup"):
+            ray_start.start_ray(num_cpus=1)
+    assert len(starts) == ray_start.STARTS and len(shutdowns) == ray_start.STARTS - 1 and len(warned) == 2
+    starts.clear()
+    with pytest.raises(Exception, match="timed out during startup"):
+        ray_start.start_ray(address="127.0.0.1:1")
+    assert len(starts) == 1

@@ -17,12 +17,15 @@ set-up), so the notebook shows no warning. Notebook: ``notebooks/04_reproduce_cu
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 from agl_lab.core.loss import ray_runtime_env
 
 __all__ = ["start_ray"]
 
+STARTS = 3  # tries at a local Ray start that timed out (Ray's own message below): the machine was busy
+STARTUP_TIMEOUT = "timed out during startup"
 _WARMING: list[Any] = []  # the warm-up tasks' references: kept so that nothing cancels them
 
 
@@ -38,7 +41,7 @@ def start_ray(*, executor: str = "ray", address: str | None = None, num_cpus: in
     if executor == "serial" or ray.is_initialized():
         return False
     _quiet_token_auth_notice()
-    ray.init(
+    options = dict(
         address=address,
         num_cpus=None if address else num_cpus,
         runtime_env=ray_runtime_env(),
@@ -48,6 +51,16 @@ def start_ray(*, executor: str = "ray", address: str | None = None, num_cpus: in
         # user, and the first names the cluster's address; what goes wrong is raised, and reported as one line
         logging_level=logging.ERROR,
     )
+    for attempt in range(1, STARTS + 1):
+        try:
+            ray.init(**options)
+            break
+        except Exception as exc:  # Ray gives its raylet a fixed 30 s to register: a busy laptop can miss it
+            if address or STARTUP_TIMEOUT not in str(exc) or attempt == STARTS:
+                raise
+            ray.shutdown()  # what that start left running, before the next
+            warnings.warn(f"local Ray did not start within Ray's 30 s on a busy machine; starting it again ({exc})",
+                          RuntimeWarning, stacklevel=2)  # fmt: skip
     warm = ray.remote(num_cpus=1, max_retries=0)(_import_the_trainer)
     _WARMING[:] = [warm.remote() for _ in range(max(int(ray.cluster_resources().get("CPU", 1)), 1))]
     return True
