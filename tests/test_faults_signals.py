@@ -116,6 +116,7 @@ def test_sigterm_stops_a_serial_sweep_and_the_demo_keeping_finished_cells(tmp_pa
     assert_whole_run(demo_cell, 143)
 
 
+@pytest.mark.ray
 def test_sigterm_stops_a_sweep_on_ray_without_native_dumps_or_stray_workers(tmp_path):
     sweep = tmp_path / "sweep"
     proc = start_agl_lab(
