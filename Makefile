@@ -31,7 +31,7 @@ CORE_TESTS := tests/test_oracle_*.py tests/test_advantage.py tests/test_aggregat
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu to fetch the CPU build instead of the CUDA one.
 TORCH_INDEX ?=
 
-.PHONY: check demo test test-core bench lab screenshots readme
+.PHONY: check demo test test-core bench lab screenshots readme docs
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -104,6 +104,11 @@ bench: $(BIN)/.installed
 lab: $(BIN)/.installed
 	$(BIN)/agl-lab lab notebooks
 
-# Re-run the browser tests and keep their screenshots in docs/screenshots/ (the README shows them).
+# The docs site (mkdocs.yml, docs/) at http://127.0.0.1:8000, rebuilt on every save; `make test` builds it with
+# `mkdocs build --strict` (tests/test_docs.py), so a broken link or a stale reference fails there.
+docs: $(BIN)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve
+
+# Re-run the browser tests and keep their screenshots in docs/screenshots/ (the docs show them).
 screenshots: $(BIN)/.oracle /usr/bin/chromium
 	AGL_LAB_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest tests/test_browser.py

@@ -186,11 +186,11 @@ def test_help_lists_every_exit_code(capsys):
     assert "143  stopped by SIGTERM" in out and "--debug" in out
 
 
-def test_the_readme_lists_the_same_exit_codes():
+def test_the_docs_list_the_same_exit_codes():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", readme, flags=re.MULTILINE))
+    page = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()  # the command line's page
+    rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", page, flags=re.MULTILINE))
     assert {int(code): meaning for code, meaning in rows.items()} == EXIT_CODES
 
 

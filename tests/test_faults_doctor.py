@@ -104,7 +104,7 @@ def test_an_infeasible_run_is_refused_before_anything_is_created(capsys, tmp_pat
 
 
 def test_plus_adds_what_verl_reads_and_refuses_the_rest_with_the_nearest_key(capsys):
-    # the doctor's own fix for gdpo, as the README writes it
+    # the doctor's own fix for gdpo, as docs/config.md writes it
     fix = next(f.fix for f in diagnose(compose_config(dotlist=["algorithm.adv_estimator=gdpo"])) if f.level == "error")
     assert "+algorithm.gdpo_reward_keys=[key1,key2]" in fix
     code = main(["check", "algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[format,answer]"])
@@ -146,11 +146,11 @@ def test_the_cli_sweep_refuses_them_too(capsys, tmp_path):
     assert not (tmp_path / "s").exists()
 
 
-def test_the_readme_lists_every_range_of_the_table():
+def test_the_docs_list_every_range_of_the_table():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("### The doctor's ranges", 1)[1].split("\n## ", 1)[0]
+    page = (Path(__file__).resolve().parents[1] / "docs" / "config.md").read_text()
+    section = page.split("## The doctor's ranges", 1)[1].split("\n## ", 1)[0]
     missing = [key for key in CONSTRAINTS if not key.startswith("lab.") and f"`{key}`" not in section]
     assert missing == []
 
