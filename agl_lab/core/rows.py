@@ -29,6 +29,7 @@ from agl_lab.core.groups import as_ids, group_key, group_rows, non_tensor_ids
 __all__ = [
     "SCORE_DTYPE",
     "build_rows",
+    "is_binary",
     "require_fields",
     "require_finite_rows",
     "require_matrix",
@@ -78,9 +79,18 @@ def trainable_tokens(response_mask: torch.Tensor) -> torch.Tensor:
     """Each row's trainable tokens, (rows,) float64, exact for every mask dtype (int, bool, float32, bf16).
 
     A bf16 mask summed in its own dtype rounds past 256 tokens (257 becomes 256); float64 counts exactly to 2**53.
-    The mask is read, never written.
+    The mask is read, never written. Integer, bool and 0/1 float masks are counted as integers (exact, the same
+    float64 values, without a (rows, R) float64 copy: the diagnostics count every step); other floats in float64.
     """
-    return response_mask.detach().to(torch.float64).sum(dim=-1)  # (rows,)
+    mask = response_mask.detach()  # (rows, R)
+    if mask.is_floating_point() and not is_binary(mask):
+        return mask.to(torch.float64).sum(dim=-1)  # (rows,)
+    return (mask if not mask.is_floating_point() else mask != 0).sum(dim=-1, dtype=torch.int64).to(torch.float64)
+
+
+def is_binary(mask: torch.Tensor) -> bool:
+    """Whether every entry of ``mask`` is 0 or 1 (then ``x * mask`` is ``x`` or a signed 0, exactly, in any dtype)."""
+    return mask.dtype == torch.bool or bool(((mask == 0) | (mask == 1)).all())
 
 
 def require_finite_rows(row_sums: torch.Tensor, key: str) -> None:

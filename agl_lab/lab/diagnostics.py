@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
 from verl import DataProto
@@ -19,7 +20,7 @@ from verl.trainer.ppo.ray_trainer import compute_response_mask
 
 from agl_lab.config.modes import LOSS_MODES, weighing_mode
 from agl_lab.core.pipeline import compute_advantages
-from agl_lab.core.rows import require_fields
+from agl_lab.core.rows import is_binary, require_fields
 from agl_lab.core.turns import last_turn_values
 from agl_lab.core.update_cap import drop_marked_rows
 from agl_lab.lab.loss_scale import token_layout
@@ -100,9 +101,12 @@ def step_diagnostics(batch: DataProto, cfg: DictConfig) -> dict[str, float]:
 def _view(batch: DataProto, cfg: DictConfig) -> RowView:
     """The rows' layout, each row's mean advantage over its trainable tokens, and its reward."""
     layout = token_layout(batch, cfg)
-    mask = batch.batch["response_mask"].double()  # (rows, R)
-    tokens = mask.sum(dim=-1).clamp_min(1.0)  # (rows,)
-    advantage = ((batch.batch["advantages"].double() * mask).sum(dim=-1) / tokens).numpy()  # (rows,)
+    mask, advantages = batch.batch["response_mask"], batch.batch["advantages"]  # (rows, R), (rows, R)
+    # Σ A·mask in float64, as if both were cast first; with a 0/1 mask the product in A's dtype is exact (A or a signed
+    # 0), so only it is cast: float64 (rows, R) copies cost more than the rest of the diagnostics together.
+    masked = advantages * mask if is_binary(mask) else advantages * mask.double()  # (rows, R)
+    tokens = np.maximum(layout.row_tokens, 1.0)  # (rows,) the mask's float64 row sums, as trainable_tokens counts them
+    advantage = masked.double().sum(dim=-1).numpy() / tokens  # (rows,)
     # the row's last turn: on a rollout's last row its outcome, under per-turn rewards and Agent Lightning's alike
     reward = last_turn_values(batch.batch["token_level_scores"], batch.batch["response_mask"]).numpy()  # (rows,)
     return RowView(layout, advantage, reward)
