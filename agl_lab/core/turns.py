@@ -23,6 +23,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from agl_lab.core.rows import row_blocks
+
 __all__ = ["broadcast_turns", "last_turn_values", "turn_ids", "turn_values"]
 
 
@@ -61,19 +63,8 @@ def last_turn_values(values: torch.Tensor, response_mask: torch.Tensor) -> torch
     as ``scatter_add_`` adds them (a zero never changes a sum that starts at +0.0).
     """
     _same_shape(values, response_mask)
-    rows, width = response_mask.shape
-    trainable = response_mask.detach() != 0  # (rows, R)
-    starts = trainable.clone()  # (rows, R): a run of trainable tokens begins here
-    starts[:, 1:] &= ~trainable[:, :-1]
-    counts = starts.sum(dim=-1)  # (rows,)
-    column = torch.arange(width, dtype=torch.int16 if width < 2**15 else torch.int32, device=values.device)  # (R,)
-    last_start = torch.where(starts, column, -1).amax(dim=-1, keepdim=True) if width else counts[:, None]  # (rows, 1)
-    first = torch.where(counts[:, None] >= 2, last_start, 0)  # (rows, 1): the last turn's first column
-    taken = (values.detach() != 0) & (column >= first) & (counts[:, None] > 0)  # (rows, R)
-    row, col = taken.nonzero(as_tuple=True)  # row-major: each row's tokens in order
-    out = np.zeros(rows, dtype=np.float64)  # (rows,)
-    np.add.at(out, row.cpu().numpy(), values.detach()[row, col].double().cpu().numpy())  # in order, unbuffered
-    return torch.from_numpy(out).to(values.device)
+    blocks = [_last_turn_sums(values[rows].detach(), response_mask[rows].detach()) for rows in row_blocks(values)]
+    return torch.from_numpy(np.concatenate(blocks) if blocks else np.zeros(0)).to(values.device)  # (rows,)
 
 
 def broadcast_turns(per_turn: torch.Tensor, response_mask: torch.Tensor, *, dtype: torch.dtype) -> torch.Tensor:
@@ -83,6 +74,23 @@ def broadcast_turns(per_turn: torch.Tensor, response_mask: torch.Tensor, *, dtyp
         return torch.zeros(response_mask.shape, dtype=dtype, device=response_mask.device)
     gathered = per_turn.gather(1, ids.clamp(0, per_turn.shape[1] - 1))  # (rows, R)
     return (gathered * (response_mask.detach() != 0)).to(dtype)
+
+
+def _last_turn_sums(values: torch.Tensor, response_mask: torch.Tensor) -> np.ndarray:
+    """:func:`last_turn_values` on a block of rows (its bool temporaries stay in a CPU cache), as numpy."""
+    rows, width = response_mask.shape
+    trainable = response_mask != 0  # (rows, R)
+    starts = trainable.clone()  # (rows, R): a run of trainable tokens begins here
+    starts[:, 1:] &= ~trainable[:, :-1]
+    counts = starts.sum(dim=-1, dtype=torch.int32)  # (rows,)
+    column = torch.arange(width, dtype=torch.int16 if width < 2**15 else torch.int32, device=values.device)  # (R,)
+    last_start = torch.where(starts, column, -1).amax(dim=-1, keepdim=True) if width else counts[:, None]  # (rows, 1)
+    first = torch.where(counts[:, None] >= 2, last_start, 0)  # (rows, 1): the last turn's first column
+    taken = (values != 0) & (column >= first) & (counts[:, None] > 0)  # (rows, R)
+    row, col = taken.nonzero(as_tuple=True)  # row-major: each row's tokens in order
+    out = np.zeros(rows, dtype=np.float64)  # (rows,)
+    np.add.at(out, row.cpu().numpy(), values[row, col].double().cpu().numpy())  # in order, unbuffered
+    return out
 
 
 def _same_shape(values: torch.Tensor, response_mask: torch.Tensor) -> None:
