@@ -91,8 +91,9 @@ test: $(BIN)/.oracle /usr/bin/chromium
 test-core: $(BIN)/.oracle
 	AGL_LAB_ORACLE_EXAMPLES=500 $(BIN)/python -m pytest -n auto $(CORE_TESTS)
 
-bench: $(BIN)/.installed
+bench: $(BIN)/.oracle
 	$(BIN)/python benchmarks/bench_core.py
+	$(BIN)/python benchmarks/bench_batch_math.py
 	$(BIN)/python benchmarks/bench_weighting.py
 	$(BIN)/python benchmarks/bench_trainer.py
 	$(BIN)/python benchmarks/bench_actor.py

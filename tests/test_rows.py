@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from agl_lab.core.groups import group_rows
-from agl_lab.core.rows import build_rows, require_fields, rows_frame
+from agl_lab.core.rows import build_rows, require_fields, row_blocks, rows_frame, trainable_tokens
 from agl_lab.lab.examples import example_rows
 from conftest import make_rows
 
@@ -98,3 +98,23 @@ def test_require_fields_lists_every_missing_field_and_the_alternatives():
     assert message.startswith("Z needs fields this batch lacks: response_mask (")
     assert "or responses+attention_mask (" in message and "; uid." in message
     assert "rollout_id_list" not in message.split("The batch has")[0]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_trainable_tokens_by_blocks_equal_one_float64_sum_bit_for_bit(threads):
+    # Float masks are counted in float64 block by block (row_blocks); non-0/1 values over wide exponents make sums
+    # that round, so any change of order would show. Widths from 1 to past torch's 32,768-element grain.
+    generator = torch.Generator().manual_seed(threads)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for rows, width in [(1, 7), (2, 40_000), (3, 5), (2_051, 512), (41, 33_000), (5_000, 3)]:
+            mask = torch.rand(rows, width, generator=generator) * 2.0 ** torch.randint(-20, 20, (rows, width))
+            blocks = row_blocks(mask)
+            assert [i for b in blocks for i in range(b.start, b.stop)] == list(range(rows))
+            assert all(b.stop - b.start >= 2 for b in blocks) or rows == 1
+            for dtype in (torch.float32, torch.bfloat16):
+                assert torch.equal(trainable_tokens(mask.to(dtype)), mask.to(dtype).double().sum(dim=-1))
+            assert torch.equal(trainable_tokens(mask > 0.5), (mask > 0.5).double().sum(dim=-1))
+    finally:
+        torch.set_num_threads(before)

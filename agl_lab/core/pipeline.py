@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 from omegaconf import DictConfig
+from tensordict import TensorDict
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.metric_utils import compute_data_metrics
@@ -114,22 +115,36 @@ def plan_selection(rows: DataProto, cfg: DictConfig, *, seed: int | None = None)
 
     n = len(batch)
     survivors, metrics = marked_rows_kept(batch)  # (survivors,)
-    if len(survivors) < n:
-        batch = batch[torch.from_numpy(survivors)]
+    # The cap is planned on the survivors' scores and ids only, and every tensor is copied once, with one index for
+    # both drops: copying the rows is most of this step's time (it is what verl's row indexing does per field).
     plan = plan_update_cap(
-        batch,
+        _rows_for_plan(batch, survivors),
         mini_batch_size=mini_batch_rows(cfg),
         max_ppo_update_times=cfg.agentlightning.max_ppo_update_times,
         seed=seed,
         drop_unit=cfg.lab.cap_drop_unit,
     )
-    if len(plan.kept) < len(batch):
-        batch = batch[torch.from_numpy(plan.kept)]
+    kept = survivors[plan.kept]  # (kept,)
+    if len(kept) < n:
+        batch = batch[torch.from_numpy(kept)]
     fate = np.full(n, FATES[1], dtype=object)
     fate[survivors] = FATES[0]
     fate[survivors[plan.dropped_same_reward]] = FATES[2]
     fate[survivors[plan.dropped_random]] = FATES[3]
-    return Selection(batch=batch, kept=survivors[plan.kept], fate=fate, metrics={**metrics, **plan.metrics})
+    return Selection(batch=batch, kept=kept, fate=fate, metrics={**metrics, **plan.metrics})
+
+
+def _rows_for_plan(batch: DataProto, survivors: np.ndarray) -> DataProto:
+    """The survivors with what :func:`plan_update_cap` reads (the scores and the id columns), not their token ids."""
+    scores = batch.batch["token_level_scores"]  # (rows, R)
+    if len(survivors) < len(batch):
+        scores = torch.index_select(scores, 0, torch.from_numpy(survivors))  # (survivors, R)
+        non_tensors = {key: values[survivors] for key, values in batch.non_tensor_batch.items()}
+    else:
+        non_tensors = dict(batch.non_tensor_batch)
+    return DataProto(
+        batch=TensorDict({"token_level_scores": scores}, batch_size=len(scores)), non_tensor_batch=non_tensors
+    )
 
 
 def compute_advantages(

@@ -19,8 +19,11 @@ functions. Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+
+from agl_lab.core.rows import row_blocks
 
 __all__ = ["broadcast_turns", "last_turn_values", "turn_ids", "turn_values"]
 
@@ -41,11 +44,7 @@ def turn_values(values: torch.Tensor, response_mask: torch.Tensor) -> tuple[torc
 
     Entries past a row's last turn are 0. ``values`` and ``response_mask``: (rows, R).
     """
-    if values.shape != response_mask.shape:
-        raise ValueError(
-            f"values have shape {tuple(values.shape)} but response_mask has {tuple(response_mask.shape)}: both must "
-            "be (rows, response_length)"
-        )
+    _same_shape(values, response_mask)
     ids, counts = turn_ids(response_mask)  # (rows, R), (rows,)
     width = max(int(counts.max()) if counts.numel() else 0, 1)
     out = torch.zeros(values.shape[0], width, dtype=torch.float64, device=values.device)  # (rows, K)
@@ -58,10 +57,14 @@ def last_turn_values(values: torch.Tensor, response_mask: torch.Tensor) -> torch
     """(rows,) float64: Σ ``values`` over each row's last turn (0 for a row without a trainable token).
 
     On a rollout's last row that is its outcome, under per-turn rewards and under Agent Lightning's placement alike.
+    Equal bit for bit to reading :func:`turn_values`' last turn, without its (rows, R) float64 and int64 tensors (the
+    diagnostics call this every step): the last turn starts at the row's last run of trainable tokens (at column 0 for
+    a one-turn row, whose leading tokens count for it), and its non-zero values are added in token order from 0.0,
+    as ``scatter_add_`` adds them (a zero never changes a sum that starts at +0.0).
     """
-    per_turn, counts = turn_values(values, response_mask)  # (rows, K), (rows,)
-    last = (counts - 1).clamp_min(0).unsqueeze(-1)  # (rows, 1)
-    return per_turn.gather(1, last).squeeze(-1) * (counts > 0)  # (rows,)
+    _same_shape(values, response_mask)
+    blocks = [_last_turn_sums(values[rows].detach(), response_mask[rows].detach()) for rows in row_blocks(values)]
+    return torch.from_numpy(np.concatenate(blocks) if blocks else np.zeros(0)).to(values.device)  # (rows,)
 
 
 def broadcast_turns(per_turn: torch.Tensor, response_mask: torch.Tensor, *, dtype: torch.dtype) -> torch.Tensor:
@@ -71,3 +74,28 @@ def broadcast_turns(per_turn: torch.Tensor, response_mask: torch.Tensor, *, dtyp
         return torch.zeros(response_mask.shape, dtype=dtype, device=response_mask.device)
     gathered = per_turn.gather(1, ids.clamp(0, per_turn.shape[1] - 1))  # (rows, R)
     return (gathered * (response_mask.detach() != 0)).to(dtype)
+
+
+def _last_turn_sums(values: torch.Tensor, response_mask: torch.Tensor) -> np.ndarray:
+    """:func:`last_turn_values` on a block of rows (its bool temporaries stay in a CPU cache), as numpy."""
+    rows, width = response_mask.shape
+    trainable = response_mask != 0  # (rows, R)
+    starts = trainable.clone()  # (rows, R): a run of trainable tokens begins here
+    starts[:, 1:] &= ~trainable[:, :-1]
+    counts = starts.sum(dim=-1, dtype=torch.int32)  # (rows,)
+    column = torch.arange(width, dtype=torch.int16 if width < 2**15 else torch.int32, device=values.device)  # (R,)
+    last_start = torch.where(starts, column, -1).amax(dim=-1, keepdim=True) if width else counts[:, None]  # (rows, 1)
+    first = torch.where(counts[:, None] >= 2, last_start, 0)  # (rows, 1): the last turn's first column
+    taken = (values != 0) & (column >= first) & (counts[:, None] > 0)  # (rows, R)
+    row, col = taken.nonzero(as_tuple=True)  # row-major: each row's tokens in order
+    out = np.zeros(rows, dtype=np.float64)  # (rows,)
+    np.add.at(out, row.cpu().numpy(), values[row, col].double().cpu().numpy())  # in order, unbuffered
+    return out
+
+
+def _same_shape(values: torch.Tensor, response_mask: torch.Tensor) -> None:
+    if values.shape != response_mask.shape:
+        raise ValueError(
+            f"values have shape {tuple(values.shape)} but response_mask has {tuple(response_mask.shape)}: both must "
+            "be (rows, response_length)"
+        )

@@ -12,16 +12,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
+import torch
 from omegaconf import DictConfig
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_response_mask
 
 from agl_lab.config.modes import LOSS_MODES, weighing_mode
 from agl_lab.core.pipeline import compute_advantages
-from agl_lab.core.rows import require_fields
+from agl_lab.core.rows import require_fields, row_blocks
 from agl_lab.core.turns import last_turn_values
 from agl_lab.core.update_cap import drop_marked_rows
+from agl_lab.core.weights import TokenLayout
 from agl_lab.lab.loss_scale import token_layout
 from agl_lab.lab.row_diagnostics import COLUMNS, INFLUENCE_COLUMNS, PREFIX, RowView, check_modes
 
@@ -74,13 +77,14 @@ def influence_by_class(batch: DataProto, cfg: DictConfig, *, modes: Sequence[str
     return pd.concat([view.influence(m) for m in check_modes(modes)], ignore_index=True)
 
 
-def step_diagnostics(batch: DataProto, cfg: DictConfig) -> dict[str, float]:
+def step_diagnostics(batch: DataProto, cfg: DictConfig, *, layout: TokenLayout | None = None) -> dict[str, float]:
     """A training step's ``lab/diagnostics/*``: the batch columns, every mode's as ``<mode>/<column>``, the run's own
     mode's also unprefixed, and its influence by class as ``class_<k>/<column>``. ``batch``: the rows the step
-    trains, with their advantages before step 5 (``compute_advantages(..., normalize=False)``)."""
+    trains, with their advantages before step 5 (``compute_advantages(..., normalize=False)``); ``layout``: its
+    :func:`agl_lab.lab.loss_scale.token_layout`, when the caller has it (the trainer shares it with the loss scale)."""
     if len(batch) == 0:
         return {}
-    view = _view(batch, cfg)
+    view = _view(batch, cfg, layout=layout)
     metrics = {f"{PREFIX}{key}": value for key, value in view.batch_columns().items()}
     own = weighing_mode(cfg)
     for mode in LOSS_MODES:
@@ -97,12 +101,19 @@ def step_diagnostics(batch: DataProto, cfg: DictConfig) -> dict[str, float]:
     return {key: float(value) for key, value in metrics.items() if math.isfinite(value)}
 
 
-def _view(batch: DataProto, cfg: DictConfig) -> RowView:
+def _view(batch: DataProto, cfg: DictConfig, *, layout: TokenLayout | None = None) -> RowView:
     """The rows' layout, each row's mean advantage over its trainable tokens, and its reward."""
-    layout = token_layout(batch, cfg)
-    mask = batch.batch["response_mask"].double()  # (rows, R)
-    tokens = mask.sum(dim=-1).clamp_min(1.0)  # (rows,)
-    advantage = ((batch.batch["advantages"].double() * mask).sum(dim=-1) / tokens).numpy()  # (rows,)
+    layout = token_layout(batch, cfg) if layout is None else layout
+    mask, advantages = batch.batch["response_mask"], batch.batch["advantages"]  # (rows, R), (rows, R)
+    # Σ A·mask in float64, as if both were cast first: with a bool mask the product in A's dtype is exact (A or a signed
+    # 0), so only it is cast; block by block (float64 (rows, R) copies cost more than the rest of the diagnostics).
+    sums = torch.cat([_masked_sum(advantages[rows], mask[rows]) for rows in row_blocks(mask)])  # (rows,)
+    advantage = sums.numpy() / np.maximum(layout.row_tokens, 1.0)  # (rows,) over the rows' trainable_tokens
     # the row's last turn: on a rollout's last row its outcome, under per-turn rewards and Agent Lightning's alike
     reward = last_turn_values(batch.batch["token_level_scores"], batch.batch["response_mask"]).numpy()  # (rows,)
     return RowView(layout, advantage, reward)
+
+
+def _masked_sum(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    masked = advantages * mask if mask.dtype == torch.bool else advantages * mask.double()  # (block, R)
+    return masked.double().sum(dim=-1)  # (block,)

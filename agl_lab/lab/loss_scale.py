@@ -66,16 +66,16 @@ def token_layout(
     return weights.token_layout(tokens, rollout, group=group, **settings)
 
 
-def loss_scale(batch: DataProto, cfg: DictConfig) -> float:
+def loss_scale(batch: DataProto, cfg: DictConfig, *, layout: TokenLayout | None = None) -> float:
     """The step's total per-token loss weight ``Σ ∂L/∂ℓ`` over its trained rows, for the config's loss mode.
 
     ``batch``: the rows that reach the update (after drops), on one data-parallel rank (the lab trainer's). NaN
-    for a policy loss verl's registry lacks.
+    for a policy loss verl's registry lacks. ``layout``: :func:`token_layout` of ``batch``, when the caller has it.
     """
     mode = weighing_mode(cfg)
     if mode is None:
         return float("nan")
     if len(batch) == 0:
         return 0.0
-    layout = token_layout(batch, cfg)
+    layout = token_layout(batch, cfg) if layout is None else layout
     return float((LOSS_MODES[mode].weight(layout) * layout.row_tokens).sum())

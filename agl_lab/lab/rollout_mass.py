@@ -22,16 +22,19 @@ from omegaconf import DictConfig
 from verl import DataProto
 
 from agl_lab.config.modes import LOSS_MODES, weighing_mode
+from agl_lab.core.weights import TokenLayout
 from agl_lab.lab.loss_scale import token_layout
 
 __all__ = ["multi_row_mass"]
 
 
-def multi_row_mass(batch: DataProto, cfg: DictConfig) -> dict[str, float]:
-    """The step's ``lab/multi_row_*`` metrics (module docstring) for ``batch``, the rows that reach the update."""
+def multi_row_mass(batch: DataProto, cfg: DictConfig, *, layout: TokenLayout | None = None) -> dict[str, float]:
+    """The step's ``lab/multi_row_*`` metrics (module docstring) for ``batch``, the rows that reach the update.
+
+    ``layout``: :func:`agl_lab.lab.loss_scale.token_layout` of ``batch``, when the caller has it."""
     if len(batch) == 0:
         return {}
-    layout = token_layout(batch, cfg)
+    layout = token_layout(batch, cfg) if layout is None else layout
     rows = np.bincount(layout.rollout)  # (rollouts,) trained rows of each rollout (codes are dense)
     multi = rows >= 2  # (rollouts,)
     metrics = {"lab/multi_row_rollout_share": float(multi.mean())}

@@ -46,7 +46,7 @@ from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, normalize
 from agl_lab.core.turn_rewards import placement_for
 from agl_lab.core.update_cap import partially_dropped
 from agl_lab.lab.diagnostics import step_diagnostics
-from agl_lab.lab.loss_scale import loss_scale
+from agl_lab.lab.loss_scale import loss_scale, token_layout
 from agl_lab.lab.rollout_mass import multi_row_mass
 from agl_lab.training.actor import LabActor, compute_log_probs
 from agl_lab.training.policy import build_policy
@@ -245,10 +245,10 @@ class _Run:
                 )
         with _timed(timing, "adv"):
             batch, adv_metrics = compute_advantages(batch, cfg, kl_ctrl=self.kl_ctrl, normalize=False)
-            adv_metrics.update(step_diagnostics(batch, cfg))  # verl PR #7580's table, every mode, as estimated
+            adv_metrics.update(step_diagnostics(batch, cfg, layout=(layout := token_layout(batch, cfg))))  # PR #7580's
             normalize_for_loss(batch, cfg)
-            adv_metrics["lab/loss_scale"] = loss_scale(batch, cfg)
-            adv_metrics.update(multi_row_mass(batch, cfg))  # multi-row rollouts' share of the mass vs of rollouts
+            adv_metrics["lab/loss_scale"] = loss_scale(batch, cfg, layout=layout)
+            adv_metrics.update(multi_row_mass(batch, cfg, layout=layout))  # multi-row rollouts' share of the mass
             # the same on one update's scale: token-mean gives each mini-batch 1, per_rollout_mean shares its total
             adv_metrics["lab/loss_scale_per_mini_batch"] = adv_metrics["lab/loss_scale"] / (
                 -(-len(batch) // self.mini_batch_rows)  # ceil: whole-rollout drops may leave the last short
