@@ -55,7 +55,11 @@ def _register_losses(core_algos: object) -> None:
     # agl_lab.core.loss imports verl only where a loss runs or registers, so it may have loaded before verl's registry
     # did: register now (idempotent).
     importlib.import_module("agl_lab.core.loss").register_in_worker()
-    importlib.import_module("agl_lab.core.turn_estimators").register_turn_estimators()  # per-turn estimators
+    # the per-turn estimators: when that module's own import of verl fired this hook, it is half-loaded here and
+    # registers them itself as its import ends
+    estimators = sys.modules.get("agl_lab.core.turn_estimators")
+    if estimators is None or hasattr(estimators, "register_turn_estimators"):
+        importlib.import_module("agl_lab.core.turn_estimators").register_turn_estimators()
 
 
 class _AfterImport:

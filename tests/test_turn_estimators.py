@@ -66,6 +66,23 @@ def test_registered_in_verls_registry_and_named_as_per_turn():
     assert not is_turn_estimator("grpo") and not is_turn_estimator("gae")
 
 
+@pytest.mark.parametrize("first", ["agl_lab.core.turn_estimators", "verl.trainer.ppo.core_algos"])
+def test_the_estimators_and_losses_are_registered_whichever_module_a_process_imports_first(first):
+    """The post-import hook fires inside turn_estimators' own import of verl when that module comes first: it must
+    neither fail on the half-loaded module nor leave anything unregistered."""
+    import subprocess
+    import sys
+
+    probe = (
+        f"import {first}\nfrom verl.trainer.ppo import core_algos\nimport agl_lab\n"
+        "print(sorted(set(core_algos.ADV_ESTIMATOR_REGISTRY) & {'mt_grpo', 'mt_grpo_fix', 'turn_grpo'}),"
+        " 'per_rollout_mean' in core_algos.POLICY_LOSS_REGISTRY)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == "['mt_grpo', 'mt_grpo_fix', 'turn_grpo'] True", out.stdout
+
+
 # One group, three trajectories (turn rewards; the last is the outcome):
 #   A: r0 = 0.5, then R = 1      B: R = 0 at once      C: r0 = 1.0, then R = 0
 HAND = [[0.5, 1.0], [0.0], [1.0, 0.0]]
