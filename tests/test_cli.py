@@ -13,11 +13,11 @@ from scipy.stats import ttest_rel
 
 import agl_lab
 from agl_lab.cli import main
-from agl_lab.cli_sweep import seed_list
+from agl_lab.cli.sweep import seed_list
 from agl_lab.config.compose import BASES
 from agl_lab.config.modes import LOSS_MODES
 from agl_lab.config.verl_features import VERL_FEATURES
-from agl_lab.training.experiments import EXPERIMENTS
+from agl_lab.studies.experiments import EXPERIMENTS
 from conftest import TINY_RUN, only_if
 
 AGL_LAB = str(Path(sys.executable).parent / "agl-lab")
@@ -46,7 +46,7 @@ def test_version_and_help_tell_the_bases_and_the_exit_statuses(capsys):
 HELP_PROBE = """
 import contextlib, io, json, re, sys
 from agl_lab.cli import main
-from agl_lab.cli_sweep import seed_list
+from agl_lab.cli.sweep import seed_list
 
 def run(args):
     out = io.StringIO()

@@ -155,7 +155,7 @@ def test_a_valid_agent_lightning_config_the_example_cannot_run_is_explained(caps
 
 def test_each_kind_of_failure_has_its_code():
     from agl_lab.exit_codes import exit_code
-    from agl_lab.lab.batch_io import BatchFileError
+    from agl_lab.files.batch_io import BatchFileError
     from agl_lab.training.locks import DirectoryBusyError
     from agl_lab.training.process_state import Terminated
     from agl_lab.training.tracking import ConcurrentRunError
