@@ -48,22 +48,26 @@ class TrainedNothingError(RuntimeError):
     """A run finished, but no step had rows left to train after the drops."""
 
 
+# Each failure's code by its exception's class, most specific first: the first row with a class the exception is an
+# instance of gives the code (DoctorError is a ConfigError, a ValueError; FileExistsError an OSError). A class given as
+# (module, name) lives where torch or verl load with it: it is looked up only in a module this process has imported
+# already, since an exception of a class whose module never loaded cannot have been raised.
+_CODE_OF: tuple[tuple[int, tuple[type[BaseException] | tuple[str, str], ...]], ...] = (
+    (6, (TrainedNothingError,)),
+    (1, (("agl_lab.config.doctor", "DoctorError"),)),
+    (4, (FileExistsError, DirectoryBusyError, ("agl_lab.training.tracking", "ConcurrentRunError"))),
+    (5, (OSError, ("agl_lab.files.batch_io", "BatchFileError"))),
+    (2, (ConfigError, ValueError)),
+)
+
+
 def exit_code(exc: BaseException) -> int:
     """The documented exit code for ``exc``."""
     if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, SIGTERM or SIGHUP, by the first signal received
         return signal_exit_code(stopped_by(exc))
-    if isinstance(exc, TrainedNothingError):
-        return 6
-    if _raised(exc, "agl_lab.config.doctor", "DoctorError"):
-        return 1
-    if isinstance(exc, FileExistsError | DirectoryBusyError) or _raised(
-        exc, "agl_lab.training.tracking", "ConcurrentRunError"
-    ):
-        return 4
-    if isinstance(exc, OSError) or _raised(exc, "agl_lab.lab.batch_io", "BatchFileError"):
-        return 5
-    if isinstance(exc, ConfigError | ValueError):
-        return 2
+    for code, classes in _CODE_OF:
+        if isinstance(exc, _loaded(classes)):
+            return code
     return 70
 
 
@@ -174,8 +178,13 @@ def _reader_gone(fd: int) -> bool:
         return False
 
 
-def _raised(exc: BaseException, module: str, name: str) -> bool:
-    """``isinstance(exc, module.name)``, without importing ``module`` (torch and verl behind it, seconds) to classify
-    an error: an exception of a class whose module was never imported cannot have been raised."""
-    loaded = sys.modules.get(module)
-    return loaded is not None and isinstance(exc, getattr(loaded, name))
+def _loaded(classes: tuple[type[BaseException] | tuple[str, str], ...]) -> tuple[type[BaseException], ...]:
+    """The classes of a row of :data:`_CODE_OF` that exist in this process: a ``(module, name)`` one only if its module
+    has been imported (never imported here: that would load torch and verl, seconds, to classify an error)."""
+    found = []
+    for given in classes:
+        if isinstance(given, type):
+            found.append(given)
+        elif (loaded := getattr(sys.modules.get(given[0]), given[1], None)) is not None:
+            found.append(loaded)
+    return tuple(found)
