@@ -21,8 +21,8 @@ from agl_lab.config.secrets import mask_secrets, masked_output
 from agl_lab.training.locks import DirectoryBusyError
 from agl_lab.training.process_state import exit_protected, signal_exit_code, stop_signals, stopped_by, stopped_line
 
-__all__ = ["CLOSED_PIPE", "EXIT_CODES", "TrainedNothingError", "exit_code", "help_epilog", "output_closed"]
-__all__ += ["report_errors", "stopped"]
+__all__ = ["CLOSED_PIPE", "EXCEPTION_CODES", "EXIT_CODES", "TrainedNothingError", "exit_code", "help_epilog"]
+__all__ += ["output_closed", "report_errors", "stopped"]
 
 CLOSED_PIPE = 141  # 128 + SIGPIPE: what a shell reports for `yes | head -1`
 EXIT_CODES = {
@@ -52,7 +52,7 @@ class TrainedNothingError(RuntimeError):
 # instance of gives the code (DoctorError is a ConfigError, a ValueError; FileExistsError an OSError). A class given as
 # (module, name) lives where torch or verl load with it: it is looked up only in a module this process has imported
 # already, since an exception of a class whose module never loaded cannot have been raised.
-_CODE_OF: tuple[tuple[int, tuple[type[BaseException] | tuple[str, str], ...]], ...] = (
+EXCEPTION_CODES: tuple[tuple[int, tuple[type[BaseException] | tuple[str, str], ...]], ...] = (
     (6, (TrainedNothingError,)),
     (1, (("agl_lab.config.doctor", "DoctorError"),)),
     (4, (FileExistsError, DirectoryBusyError, ("agl_lab.training.tracking", "ConcurrentRunError"))),
@@ -65,7 +65,7 @@ def exit_code(exc: BaseException) -> int:
     """The documented exit code for ``exc``."""
     if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, SIGTERM or SIGHUP, by the first signal received
         return signal_exit_code(stopped_by(exc))
-    for code, classes in _CODE_OF:
+    for code, classes in EXCEPTION_CODES:
         if isinstance(exc, _loaded(classes)):
             return code
     return 70
@@ -179,8 +179,8 @@ def _reader_gone(fd: int) -> bool:
 
 
 def _loaded(classes: tuple[type[BaseException] | tuple[str, str], ...]) -> tuple[type[BaseException], ...]:
-    """The classes of a row of :data:`_CODE_OF` that exist in this process: a ``(module, name)`` one only if its module
-    has been imported (never imported here: that would load torch and verl, seconds, to classify an error)."""
+    """The classes of a row of :data:`EXCEPTION_CODES` that exist in this process: a ``(module, name)`` one only if its
+    module has been imported (never imported here: that would load torch and verl, seconds, to classify an error)."""
     found = []
     for given in classes:
         if isinstance(given, type):

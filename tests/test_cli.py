@@ -1,5 +1,6 @@
 """The real entry points: the ``agl-lab`` console script and ``python -m agl_lab``."""
 
+import importlib
 import json
 import re
 import subprocess
@@ -40,6 +41,23 @@ def test_version_and_help_tell_the_bases_and_the_exit_statuses(capsys):
     sweep_help = in_process(capsys, "sweep", "--help")
     assert "--seeds" in sweep_help and "ci95 = mean and 95% t-interval of the mean" in " ".join(sweep_help.split())
     assert "--baseline" in sweep_help
+
+
+def test_one_registry_lists_every_subcommand_module_once_and_the_parser_is_built_from_it():
+    from agl_lab.cli import build_parser
+    from agl_lab.cli.commands import Subcommand, subcommands
+
+    registry = subcommands()
+    modules = sorted(p.stem for p in (Path(agl_lab.__file__).parent / "cli").glob("*.py") if p.stem != "__init__")
+    declared = {
+        name: command
+        for name in modules
+        if isinstance(command := getattr(importlib.import_module(f"agl_lab.cli.{name}"), "COMMAND", None), Subcommand)
+    }
+    assert sorted(c.name for c in registry) == sorted(c.name for c in declared.values())  # each module's, once
+    assert all(command.name == name for name, command in declared.items())  # cli/NAME.py declares NAME
+    assert list(build_parser()[1].choices) == [c.name for c in registry]
+    assert {c.base for c in registry} <= {*BASES, None} and {c.name for c in registry if c.base is None} == {"lab"}
 
 
 # Printing text must not load the stack: the stack alone takes seconds to import, and a command line answers at once.
