@@ -28,9 +28,8 @@ def add_check_arguments(check: argparse.ArgumentParser) -> None:
     check.add_argument("dotlist", nargs="*", help="Hydra overrides, e.g. agentlightning.max_ppo_update_times=2")
     check.add_argument("--show-config", action="store_true", help="print the whole composed config (secrets as ***)")
     check.add_argument(
-        "--base", choices=tuple(BASES), default=COMMAND.base, help="compose from this base (agl: what "
-        "launch sends)",
-    )  # fmt: skip
+        "--base", choices=tuple(BASES), default=COMMAND.base, help="compose from this base (agl: what launch sends)"
+    )
 
 
 def run_check_command(args: argparse.Namespace) -> int:
