@@ -3,15 +3,18 @@ on real verl parts, in a Jupyter lab.
 
 ``import agl_lab`` registers the ``per_rollout_mean`` and ``cispo_per_rollout_mean`` policy losses in verl's registry,
 and the per-turn advantage estimators (``mt_grpo``, ``mt_grpo_fix``, ``turn_grpo``) in its estimator registry.
-The package follows the data flow, one subpackage per stage:
+The package is one subpackage per kind of thing, bottom up (each imports only those above it in this list):
 
+* ``agl_lab.files`` — files on disk: written whole, JSON lines, batch files, the run readers (``read_run``);
 * ``agl_lab.core`` — the batch math on verl ``DataProto`` rows: grouping, trace aggregation, advantage, loss,
   update cap, the trainer's steps 1–5, per-token weights (no UI, tracking or cluster imports);
 * ``agl_lab.config`` — composing the config, the catalogues of loss modes and settings, the doctor, the hand-off;
-* ``agl_lab.lab`` — batches to study: examples, synthetic batches, batch files, the weighting analysis and figures;
-* ``agl_lab.training`` — short training runs: task, policy, rollouts, actor, trainer, run files, tracking, sweeps;
+* ``agl_lab.lab`` — batches to study: examples, synthetic batches, the weighting analysis and figures;
 * ``agl_lab.curves`` — training histories: readers (run dirs, W&B), bands across seeds, summaries, figures;
-* ``agl_lab.ui`` — the notebooks' widget panels.
+* ``agl_lab.training`` — one short training run: task, policy, rollouts, actor, trainer, run files, tracking;
+* ``agl_lab.studies`` — studies over many runs: sweeps (Ray), the demo, reproductions, a run's weighting diagnostics;
+* ``agl_lab.ui`` — the notebooks' widget panels;
+* ``agl_lab.cli`` — the ``agl-lab`` command, a module per subcommand.
 
 ``import agl_lab`` itself loads neither torch nor verl (seconds each): the public names load on first use (PEP 562),
 and the losses are registered the moment verl's policy-loss module is imported, by this process or already (a
@@ -143,11 +146,11 @@ _LAZY = {
     "drop_marked_rows": "agl_lab.core.update_cap",
     "compare_settings": "agl_lab.curves.effects",
     "example_rows": "agl_lab.lab.examples",
-    "read_run": "agl_lab.lab.run_readers",
+    "read_run": "agl_lab.files.run_readers",
     "train": "agl_lab.training.trainer",
     "TrainResult": "agl_lab.training.trainer",
-    "run_sweep": "agl_lab.training.sweep",
-    "weighting_diagnostics": "agl_lab.training.weighting_source",
+    "run_sweep": "agl_lab.studies.sweep",
+    "weighting_diagnostics": "agl_lab.studies.weighting_source",
 }
 
 

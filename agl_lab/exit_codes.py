@@ -21,8 +21,8 @@ from agl_lab.config.secrets import mask_secrets, masked_output
 from agl_lab.training.locks import DirectoryBusyError
 from agl_lab.training.process_state import exit_protected, signal_exit_code, stop_signals, stopped_by, stopped_line
 
-__all__ = ["CLOSED_PIPE", "EXIT_CODES", "TrainedNothingError", "exit_code", "help_epilog", "output_closed"]
-__all__ += ["report_errors", "stopped"]
+__all__ = ["CLOSED_PIPE", "EXCEPTION_CODES", "EXIT_CODES", "TrainedNothingError", "exit_code", "help_epilog"]
+__all__ += ["output_closed", "report_errors", "stopped"]
 
 CLOSED_PIPE = 141  # 128 + SIGPIPE: what a shell reports for `yes | head -1`
 EXIT_CODES = {
@@ -48,22 +48,26 @@ class TrainedNothingError(RuntimeError):
     """A run finished, but no step had rows left to train after the drops."""
 
 
+# Each failure's code by its exception's class, most specific first: the first row with a class the exception is an
+# instance of gives the code (DoctorError is a ConfigError, a ValueError; FileExistsError an OSError). A class given as
+# (module, name) lives where torch or verl load with it: it is looked up only in a module this process has imported
+# already, since an exception of a class whose module never loaded cannot have been raised.
+EXCEPTION_CODES: tuple[tuple[int, tuple[type[BaseException] | tuple[str, str], ...]], ...] = (
+    (6, (TrainedNothingError,)),
+    (1, (("agl_lab.config.doctor", "DoctorError"),)),
+    (4, (FileExistsError, DirectoryBusyError, ("agl_lab.training.tracking", "ConcurrentRunError"))),
+    (5, (OSError, ("agl_lab.files.batch_io", "BatchFileError"))),
+    (2, (ConfigError, ValueError)),
+)
+
+
 def exit_code(exc: BaseException) -> int:
     """The documented exit code for ``exc``."""
     if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, SIGTERM or SIGHUP, by the first signal received
         return signal_exit_code(stopped_by(exc))
-    if isinstance(exc, TrainedNothingError):
-        return 6
-    if _raised(exc, "agl_lab.config.doctor", "DoctorError"):
-        return 1
-    if isinstance(exc, FileExistsError | DirectoryBusyError) or _raised(
-        exc, "agl_lab.training.tracking", "ConcurrentRunError"
-    ):
-        return 4
-    if isinstance(exc, OSError) or _raised(exc, "agl_lab.lab.batch_io", "BatchFileError"):
-        return 5
-    if isinstance(exc, ConfigError | ValueError):
-        return 2
+    for code, classes in EXCEPTION_CODES:
+        if isinstance(exc, _loaded(classes)):
+            return code
     return 70
 
 
@@ -174,8 +178,13 @@ def _reader_gone(fd: int) -> bool:
         return False
 
 
-def _raised(exc: BaseException, module: str, name: str) -> bool:
-    """``isinstance(exc, module.name)``, without importing ``module`` (torch and verl behind it, seconds) to classify
-    an error: an exception of a class whose module was never imported cannot have been raised."""
-    loaded = sys.modules.get(module)
-    return loaded is not None and isinstance(exc, getattr(loaded, name))
+def _loaded(classes: tuple[type[BaseException] | tuple[str, str], ...]) -> tuple[type[BaseException], ...]:
+    """The classes of a row of :data:`EXCEPTION_CODES` that exist in this process: a ``(module, name)`` one only if its
+    module has been imported (never imported here: that would load torch and verl, seconds, to classify an error)."""
+    found = []
+    for given in classes:
+        if isinstance(given, type):
+            found.append(given)
+        elif (loaded := getattr(sys.modules.get(given[0]), given[1], None)) is not None:
+            found.append(loaded)
+    return tuple(found)

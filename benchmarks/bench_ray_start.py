@@ -1,7 +1,7 @@
 """How long a sweep cell waits for its first training step: serial, on Ray started cold, on Ray started early.
 
 Notebook 04's sweep cell on Ray used to start Ray itself and wait for each worker to import torch, verl and the
-trainer; :func:`agl_lab.training.ray_start.start_ray` (the notebook's cell before it) starts Ray and warms the
+trainer; :func:`agl_lab.studies.ray_start.start_ray` (the notebook's cell before it) starts Ray and warms the
 workers in the background. In one process, side by side, as the notebook runs them (its import cell first):
 
 * ``serial``: ``run_sweep(executor="serial")``, the run in this process.
@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from agl_lab.config.settings import DEMO_SETTINGS
-from agl_lab.training.ray_start import start_ray
-from agl_lab.training.sweep import run_sweep
+from agl_lab.studies.ray_start import start_ray
+from agl_lab.studies.sweep import run_sweep
 
 
 def main() -> None:

@@ -22,8 +22,8 @@ from bench_cli import _median_s  # one way of timing a fresh process for both CL
 ROOT = Path(__file__).resolve().parents[1]
 AGL_LAB = str(Path(sys.executable).parent / "agl-lab")
 IMPORTS = (
-    "import agl_lab.cli, agl_lab.cli_weighting, agl_lab.training.weighting_source, agl_lab.lab.run_diagnostics, "
-    "agl_lab.lab.run_readers, agl_lab.config.diagnostics_settings"
+    "import agl_lab.cli, agl_lab.cli.weighting, agl_lab.studies.weighting_source, agl_lab.lab.run_diagnostics, "
+    "agl_lab.files.run_readers, agl_lab.config.diagnostics_settings"
 )
 
 

@@ -72,7 +72,7 @@ def main() -> int:
 
 
 def _sweep_one_cell_per_gpu(*, steps: int, dotlist: list[str]) -> int:
-    """N seeds of one setting on Ray, each cell asking for one GPU (agl_lab.training.sweep_ray.cell_resources)."""
+    """N seeds of one setting on Ray, each cell asking for one GPU (agl_lab.studies.sweep_ray.cell_resources)."""
     import json
     from pathlib import Path
 

@@ -11,7 +11,7 @@ import torch
 from verl import DataProto
 
 from agl_lab.core.groups import group_rows
-from agl_lab.lab.batch_io import BatchFileError, data_dir, load_batch, sample_batch_path, save_batch
+from agl_lab.files.batch_io import BatchFileError, data_dir, load_batch, sample_batch_path, save_batch
 from agl_lab.lab.examples import example_rows
 from conftest import make_rows
 
@@ -87,7 +87,7 @@ def test_verl_pickle_dumps_load_only_when_trusted(tmp_path):
         load_batch(dump)
     message = str(error.value)
     assert "is a pickle (what verl's DataProto.save_to_disk writes)" in message
-    assert "load_batch(path, trusted=True)" in message and "agl_lab.lab.batch_io.save_batch" in message
+    assert "load_batch(path, trusted=True)" in message and "agl_lab.files.batch_io.save_batch" in message
     loaded = load_batch(dump, trusted=True)
     assert isinstance(loaded, DataProto)
     assert_same_batch(loaded, original)

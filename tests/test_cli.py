@@ -1,5 +1,6 @@
 """The real entry points: the ``agl-lab`` console script and ``python -m agl_lab``."""
 
+import importlib
 import json
 import re
 import subprocess
@@ -13,11 +14,11 @@ from scipy.stats import ttest_rel
 
 import agl_lab
 from agl_lab.cli import main
-from agl_lab.cli_sweep import seed_list
+from agl_lab.cli.sweep import seed_list
 from agl_lab.config.compose import BASES
 from agl_lab.config.modes import LOSS_MODES
 from agl_lab.config.verl_features import VERL_FEATURES
-from agl_lab.training.experiments import EXPERIMENTS
+from agl_lab.studies.experiments import EXPERIMENTS
 from conftest import TINY_RUN, only_if
 
 AGL_LAB = str(Path(sys.executable).parent / "agl-lab")
@@ -43,11 +44,28 @@ def test_version_and_help_tell_the_bases_and_the_exit_statuses(capsys):
     assert "--baseline" in sweep_help
 
 
+def test_one_registry_lists_every_subcommand_module_once_and_the_parser_is_built_from_it():
+    from agl_lab.cli import build_parser
+    from agl_lab.cli.commands import Subcommand, subcommands
+
+    registry = subcommands()
+    modules = sorted(p.stem for p in (Path(agl_lab.__file__).parent / "cli").glob("*.py") if p.stem != "__init__")
+    declared = {
+        name: command
+        for name in modules
+        if isinstance(command := getattr(importlib.import_module(f"agl_lab.cli.{name}"), "COMMAND", None), Subcommand)
+    }
+    assert sorted(c.name for c in registry) == sorted(c.name for c in declared.values())  # each module's, once
+    assert all(command.name == name for name, command in declared.items())  # cli/NAME.py declares NAME
+    assert list(build_parser()[1].choices) == [c.name for c in registry]
+    assert {c.base for c in registry} <= {*BASES, None} and {c.name for c in registry if c.base is None} == {"lab"}
+
+
 # Printing text must not load the stack: the stack alone takes seconds to import, and a command line answers at once.
 HELP_PROBE = """
 import contextlib, io, json, re, sys
 from agl_lab.cli import main
-from agl_lab.cli_sweep import seed_list
+from agl_lab.cli.sweep import seed_list
 
 def run(args):
     out = io.StringIO()

@@ -3,7 +3,7 @@
 import pytest
 
 from agl_lab.cli import build_parser
-from agl_lab.cli_dotlist import split_dotlist
+from agl_lab.cli.dotlist import split_dotlist
 
 COMMANDS = build_parser()[1].choices
 

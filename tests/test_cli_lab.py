@@ -14,7 +14,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from agl_lab.cli_lab import SHIPPED_NOTEBOOKS
+from agl_lab.cli.lab import SHIPPED_NOTEBOOKS
 
 ROOT = Path(__file__).resolve().parents[1]
 AGL_LAB = str(Path(sys.executable).parent / "agl-lab")
@@ -29,7 +29,7 @@ def lab(*args, cwd=None, timeout=120):
 
 
 def test_the_package_ships_the_repositorys_notebooks_and_sample_batch():
-    from agl_lab.lab.batch_io import sample_batch_path
+    from agl_lab.files.batch_io import sample_batch_path
 
     assert NOTEBOOKS and sorted(p.name for p in SHIPPED_NOTEBOOKS.glob("*.ipynb")) == NOTEBOOKS
     assert SHIPPED_NOTEBOOKS.resolve() == (ROOT / "notebooks").resolve()  # one copy of each, in notebooks/

@@ -6,7 +6,7 @@ import pytest
 from test_diagnostics import hand_table
 
 from agl_lab.cli import main
-from agl_lab.lab.batch_io import sample_batch_path
+from agl_lab.files.batch_io import sample_batch_path
 from agl_lab.lab.diagnostics import COLUMNS
 
 
@@ -60,7 +60,7 @@ def test_bad_input_is_one_line_with_its_exit_code(args, code, text, tmp_path, ca
 
 
 def test_a_batch_lacking_rollout_ids_names_the_field(tmp_path, capsys):
-    from agl_lab.lab.batch_io import load_batch, save_batch
+    from agl_lab.files.batch_io import load_batch, save_batch
 
     rows = load_batch(sample_batch_path())
     del rows.non_tensor_batch["rollout_id_list"]
@@ -71,9 +71,9 @@ def test_a_batch_lacking_rollout_ids_names_the_field(tmp_path, capsys):
 
 
 def test_a_verl_run_by_step_with_steps_and_out(tmp_path, capsys):
+    from agl_lab.files.verl_dump import write_verl_dump
     from agl_lab.lab.run_diagnostics import STEP_COLUMNS
     from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
-    from agl_lab.lab.verl_dump import write_verl_dump
 
     for step in (1, 2, 3):
         rows, _ = synthetic_rows(SyntheticKnobs(n_prompts=4, level="transition", fail_extra_calls=9, seed=step))

@@ -7,8 +7,8 @@ import pytest
 from test_summary import history
 
 from agl_lab.curves.history import long_form
-from agl_lab.training.demo import demo_summary
-from agl_lab.training.sweep import SweepResult
+from agl_lab.studies.demo import demo_summary
+from agl_lab.studies.sweep import SweepResult
 
 
 def test_demo_summary_adds_each_settings_wall_time():

@@ -10,7 +10,7 @@ import torch
 
 import agl_lab
 from agl_lab import LOSS_MODES, short_run_config
-from agl_lab.lab.batch_io import load_batch, sample_batch_path
+from agl_lab.files.batch_io import load_batch, sample_batch_path
 from agl_lab.lab.diagnostics import COLUMNS, batch_diagnostics, step_diagnostics
 from agl_lab.lab.diagnostics_figures import PROPOSALS, plot_proposals
 

@@ -2,6 +2,7 @@
 refused before anything is created. In-process through ``agl_lab.cli.main`` (the console script's function)."""
 
 import errno
+import importlib
 import os
 import re
 import subprocess
@@ -154,8 +155,10 @@ def test_a_valid_agent_lightning_config_the_example_cannot_run_is_explained(caps
 
 
 def test_each_kind_of_failure_has_its_code():
-    from agl_lab.exit_codes import exit_code
-    from agl_lab.lab.batch_io import BatchFileError
+    from agl_lab.config.compose import ConfigError
+    from agl_lab.config.doctor import DoctorError
+    from agl_lab.exit_codes import TrainedNothingError, exit_code
+    from agl_lab.files.batch_io import BatchFileError
     from agl_lab.training.locks import DirectoryBusyError
     from agl_lab.training.process_state import Terminated
     from agl_lab.training.tracking import ConcurrentRunError
@@ -164,6 +167,25 @@ def test_each_kind_of_failure_has_its_code():
     assert exit_code(ConcurrentRunError("x")) == 4 and exit_code(DirectoryBusyError("x")) == 4
     assert exit_code(BatchFileError("x")) == 5 and exit_code(PermissionError("x")) == 5
     assert exit_code(ValueError("x")) == 2 and exit_code(RuntimeError("x")) == 70
+    assert exit_code(DoctorError("x")) == 1 and exit_code(ConfigError("x")) == 2  # a DoctorError is a ConfigError
+    assert exit_code(FileExistsError("x")) == 4 and exit_code(TrainedNothingError("x")) == 6
+
+
+def test_the_table_names_real_classes_each_before_its_base_classes():
+    # a (module, name) row with a typo would never match: each must name an exception class of that module; and a
+    # class after one of its base classes would never be reached
+    from agl_lab.exit_codes import EXCEPTION_CODES
+
+    rows = [
+        (code, [getattr(importlib.import_module(c[0]), c[1]) if isinstance(c, tuple) else c for c in classes])
+        for code, classes in EXCEPTION_CODES
+    ]
+    assert all(isinstance(c, type) and issubclass(c, BaseException) for _, classes in rows for c in classes)
+    assert {code for code, _ in rows} == {1, 2, 4, 5, 6}
+    for i, (_, earlier) in enumerate(rows):
+        for code, later in rows[i + 1 :]:
+            shadowed = [(b.__name__, c.__name__) for b in earlier for c in later if issubclass(c, b)]
+            assert shadowed == [], (code, shadowed)
 
 
 def test_classifying_an_error_loads_neither_torch_nor_verl():

@@ -14,8 +14,8 @@ from agl_lab import compare_settings, compose_config, diagnose, normalize_advant
 from agl_lab.cli import main
 from agl_lab.curves.effects import compare_metrics
 from agl_lab.curves.history import read_history
-from agl_lab.training.demo import run_demo
-from agl_lab.training.sweep_plan import plan_sweep
+from agl_lab.studies.demo import run_demo
+from agl_lab.studies.sweep_plan import plan_sweep
 from conftest import TINY_RUN
 
 

@@ -13,12 +13,12 @@ import pandas as pd
 import pytest
 
 from agl_lab.cli import main
-from agl_lab.curves.atomic_files import partial_path, write_whole, written_whole
 from agl_lab.exit_codes import report_errors
-from agl_lab.training.demo import save_results
+from agl_lab.files.atomic_files import partial_path, write_whole, written_whole
+from agl_lab.studies.demo import save_results
+from agl_lab.studies.sweep import SweepResult
+from agl_lab.studies.sweep_cells import Cell, write_status
 from agl_lab.training.process_state import stop_signals
-from agl_lab.training.sweep import SweepResult
-from agl_lab.training.sweep_cells import Cell, write_status
 from conftest import TINY_RUN
 
 

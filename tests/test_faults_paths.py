@@ -8,9 +8,9 @@ import subprocess
 import pytest
 
 from agl_lab import short_run_config
+from agl_lab.studies.sweep import run_sweep
+from agl_lab.studies.sweep_plan import plan_sweep
 from agl_lab.training.runs import create_run_dir
-from agl_lab.training.sweep import run_sweep
-from agl_lab.training.sweep_plan import plan_sweep
 from conftest import AGL_LAB, TINY_RUN
 
 ONE_STEP = (*TINY_RUN, "trainer.total_training_steps=1", "trainer.logger=[]")

@@ -17,8 +17,8 @@ from agl_lab.curves.history import (
     read_wandb_csv,
     read_wandb_offline,
 )
-from agl_lab.curves.jsonl import DamagedFileWarning
 from agl_lab.curves.wandb_offline import wait_for_exit
+from agl_lab.files.jsonl import DamagedFileWarning
 
 HEADER = "Step,a - training/reward,b - training/reward\n"
 

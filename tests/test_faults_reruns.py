@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from agl_lab.cli import main
-from agl_lab.training.sweep import run_sweep
-from agl_lab.training.sweep_cells import CellRerunWarning, MissingPolicyWarning
+from agl_lab.studies.sweep import run_sweep
+from agl_lab.studies.sweep_cells import CellRerunWarning, MissingPolicyWarning
 from conftest import TINY_RUN
 
 AXIS = "lab.task_size=4,5"  # two settings: task_size-4 and task_size-5

@@ -9,7 +9,7 @@ import pytest
 from agl_lab.cli import main
 from agl_lab.config.compose import ConfigError
 from agl_lab.config.secrets import masked_output
-from agl_lab.training.sweep_plan import plan_sweep
+from agl_lab.studies.sweep_plan import plan_sweep
 from conftest import TINY_RUN
 
 SECRET, OTHER = "sk-grep-me-0815-4711", "sk-other-key-4242"

@@ -20,7 +20,7 @@ from agl_lab.curves.history import (
     read_wandb_online,
     require_metrics,
 )
-from agl_lab.curves.jsonl import DamagedFileWarning
+from agl_lab.files.jsonl import DamagedFileWarning
 from agl_lab.training.tracking import finish_tracking
 from conftest import log_offline_run
 

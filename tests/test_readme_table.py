@@ -23,8 +23,8 @@ from agl_lab.curves.readme_table import (
     with_table,
 )
 from agl_lab.curves.summary import markdown_table
-from agl_lab.training.demo import demo_summary
-from agl_lab.training.sweep import SweepResult
+from agl_lab.studies.demo import demo_summary
+from agl_lab.studies.sweep import SweepResult
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -10,10 +10,10 @@ import pytest
 from test_effects import long_table
 
 from agl_lab.config.lab_config import TASKS
-from agl_lab.training import reproduce
-from agl_lab.training.experiments import EXPERIMENTS, Check, Experiment, experiment_table
-from agl_lab.training.reproduce import judge, run_reproduction, seeds_asked
-from agl_lab.training.sweep import plan_sweep
+from agl_lab.studies import reproduce
+from agl_lab.studies.experiments import EXPERIMENTS, Check, Experiment, experiment_table
+from agl_lab.studies.reproduce import judge, run_reproduction, seeds_asked
+from agl_lab.studies.sweep import plan_sweep
 from conftest import TINY_RUN
 
 

@@ -11,12 +11,12 @@ import torch
 
 import agl_lab
 from agl_lab import LOSS_MODES, short_run_config
-from agl_lab.lab.batch_io import load_batch, sample_batch_path
+from agl_lab.files.batch_io import load_batch, sample_batch_path
+from agl_lab.files.verl_dump import write_verl_dump
 from agl_lab.lab.diagnostics import batch_diagnostics
 from agl_lab.lab.row_diagnostics import COLUMNS, MODE_COLUMNS
 from agl_lab.lab.run_diagnostics import STEP_COLUMNS
 from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
-from agl_lab.lab.verl_dump import write_verl_dump
 from conftest import TINY_RUN
 
 NUMBERS = COLUMNS[1:]

@@ -13,11 +13,11 @@ import torch
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 import agl_lab
-from agl_lab.lab.batch_io import BatchFileError, load_batch, sample_batch_path, save_batch
-from agl_lab.lab.run_readers import iter_run_steps, parse_steps, run_source
-from agl_lab.lab.run_rows import RUN_COLUMNS, rows_from_batch
+from agl_lab.files.batch_io import BatchFileError, load_batch, sample_batch_path, save_batch
+from agl_lab.files.run_readers import iter_run_steps, parse_steps, run_source
+from agl_lab.files.run_rows import RUN_COLUMNS, rows_from_batch
+from agl_lab.files.verl_dump import write_verl_dump
 from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
-from agl_lab.lab.verl_dump import write_verl_dump
 
 
 def agent_rows(seed, *, n_prompts=3, calls="success", min_calls=1, max_calls=3, fail_extra_calls=2):
@@ -137,7 +137,7 @@ def test_the_lab_batch_format_read_with_numpy_equals_verls_rows():
 def test_reading_a_batch_file_and_its_table_loads_neither_verl_nor_ray_nor_tensordict():
     probe = (
         "import sys, agl_lab\n"
-        "from agl_lab.lab.batch_io import sample_batch_path\n"
+        "from agl_lab.files.batch_io import sample_batch_path\n"
         "agl_lab.read_run(sample_batch_path()); agl_lab.weighting_diagnostics(sample_batch_path())\n"
         "print(sorted(m for m in ('verl', 'ray', 'tensordict') if m in sys.modules))"
     )
@@ -216,7 +216,7 @@ def test_what_is_not_a_run_is_named(tmp_path):
 def test_the_shipped_verl_dump_is_what_its_make_script_writes(tmp_path):
     import runpy
 
-    from agl_lab.lab.batch_io import data_dir
+    from agl_lab.files.batch_io import data_dir
 
     shipped = data_dir() / "verl_rollout_dump"
     made = runpy.run_path(str(shipped / "make.py"))["make"](tmp_path)

@@ -10,7 +10,7 @@ import pytest
 import agl_lab.training.trainer
 from agl_lab import short_run_config, train
 from agl_lab.curves.history import read_run_dir
-from agl_lab.curves.jsonl import DamagedFileWarning
+from agl_lab.files.jsonl import DamagedFileWarning
 from agl_lab.training import tracking
 from agl_lab.training.runs import RunFiles
 from agl_lab.training.session import RunCloseWarning

@@ -10,10 +10,10 @@ import pytest
 
 from agl_lab import ConfigError
 from agl_lab.curves.history import read_wandb_offline
-from agl_lab.training.ray_start import start_ray
-from agl_lab.training.sweep import run_sweep, shared_ray
-from agl_lab.training.sweep_cells import CellRerunWarning, SweepChangedError
-from agl_lab.training.sweep_plan import plan_sweep
+from agl_lab.studies.ray_start import start_ray
+from agl_lab.studies.sweep import run_sweep, shared_ray
+from agl_lab.studies.sweep_cells import CellRerunWarning, SweepChangedError
+from agl_lab.studies.sweep_plan import plan_sweep
 from conftest import TINY_RUN, start_gated, torn_model
 
 SETTINGS = {
@@ -244,7 +244,7 @@ def test_a_damaged_cell_never_loses_the_table_of_the_others(tmp_path):
 
 def collect_only(root):
     """The cells' table as a sweep would collect it, without running anything."""
-    from agl_lab.training.sweep_cells import collect
+    from agl_lab.studies.sweep_cells import collect
 
     cells = plan_sweep(SETTINGS, [0, 1], sweep_dir=root, dotlist=TINY_RUN)
     return collect(cells)

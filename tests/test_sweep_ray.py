@@ -5,8 +5,8 @@ The sweep on a real two-node cluster is tests/test_sweep_cluster.py; Ray and ser
 
 import json
 
-from agl_lab.training.sweep_cells import Cell
-from agl_lab.training.sweep_ray import cell_files, cell_resources, node_record, write_cell_files
+from agl_lab.studies.sweep_cells import Cell
+from agl_lab.studies.sweep_ray import cell_files, cell_resources, node_record, write_cell_files
 from conftest import TINY_RUN
 
 
@@ -75,8 +75,8 @@ def test_address_with_the_serial_executor_is_refused_before_anything_is_created(
 def test_a_retried_task_whose_first_attempt_finished_trains_nothing_again(tmp_path):
     """Ray retries a task whose node died after the cell was done but before the driver had its files; on a shared disk
     that attempt's files are there, so the retry hands them over as they are (the cluster test's race, by hand)."""
-    from agl_lab.training.sweep_cells import write_status
-    from agl_lab.training.sweep_ray import _cell_task
+    from agl_lab.studies.sweep_cells import write_status
+    from agl_lab.studies.sweep_ray import _cell_task
 
     run_dir = tmp_path / "a" / "seed-0"
     run_dir.mkdir(parents=True)

@@ -5,8 +5,8 @@ import re
 import pytest
 
 from agl_lab.curves.history import read_wandb_offline
-from agl_lab.curves.jsonl import DamagedFileWarning
 from agl_lab.curves.wandb_offline import find_offline_runs, read_offline_run
+from agl_lab.files.jsonl import DamagedFileWarning
 from conftest import log_offline_run
 
 

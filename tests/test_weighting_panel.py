@@ -11,7 +11,7 @@ import pytest
 
 from agl_lab import LOSS_MODES, compose_config
 from agl_lab.config.modes import mode_from_config
-from agl_lab.lab.batch_io import load_batch, sample_batch_path
+from agl_lab.files.batch_io import load_batch, sample_batch_path
 from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
 from agl_lab.lab.weighting import analyze_weighting
 from agl_lab.ui.weighting_panel import WeightingPanel

@@ -11,7 +11,7 @@ Every stage of agl_lab (advantage, normalization, drops, weighting) reads rows t
 here, so a malformed batch fails the same way everywhere, naming the field and the fix.
 
 Grouping rows by rollout or uid is :mod:`agl_lab.core.groups`; hand-built example batches are
-:mod:`agl_lab.lab.examples`; real batches on disk :mod:`agl_lab.lab.batch_io`.
+:mod:`agl_lab.lab.examples`; real batches on disk :mod:`agl_lab.files.batch_io`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,6 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from agl_lab.curves.atomic_files import written_whole
 from agl_lab.curves.bands import BAND_LABELS, Band, bands, same_curve_groups, smoothed
 from agl_lab.curves.metrics import axis_label, metric_info
 from agl_lab.curves.panels import PANELS, panel_lines, panel_reference, panel_ylabel, usable_panels
@@ -41,6 +40,7 @@ from agl_lab.curves.style import (
     setting_colours,
     smoothing_note,
 )
+from agl_lab.files.atomic_files import written_whole
 
 __all__ = ["band_title", "draw_panel", "plot_bands", "plot_panels", "save_figure", "save_panels"]
 

@@ -6,7 +6,7 @@ exported from the W&B UI, and verl's ``file``-backend JSONL (``{"step": N, "data
 table lets local lab runs and runs you already have from real Agent Lightning training share a plot.
 
 Readers never guess. A torn last line (a killed run, a full disk; a CSV without its final newline) or a damaged W&B
-record is left out with a :class:`~agl_lab.curves.jsonl.DamagedFileWarning` that counts it, and every complete step is
+record is left out with a :class:`~agl_lab.files.jsonl.DamagedFileWarning` that counts it, and every complete step is
 read; anything else that cannot be read as written is a ValueError naming the file, the line and what was expected:
 a damaged line in the middle, a CSV row with more or fewer fields than its header, a step that is not an integer
 (``abc``, ``2.5``, ``"x"``, missing), a metric value that is not a number in an agl_lab or verl file (W&B runs also
@@ -32,9 +32,9 @@ import yaml
 
 from agl_lab.config import arguments
 from agl_lab.curves.history_table import COLUMNS, NonFiniteWarning, finish, gap, long_table, warn_non_finite
-from agl_lab.curves.jsonl import DamagedFileWarning, read_jsonl_lines, read_text_file
 from agl_lab.curves.wandb_csv import csv_steps
 from agl_lab.curves.wandb_offline import find_offline_runs, read_offline_run
+from agl_lab.files.jsonl import DamagedFileWarning, read_jsonl_lines, read_text_file
 
 __all__ = [
     "COLUMNS",

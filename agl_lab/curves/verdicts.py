@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from agl_lab.curves.atomic_files import write_whole
 from agl_lab.curves.effects import ALPHA, METHODS, NEED_TWO_SEEDS
 from agl_lab.curves.rliable_stats import RECOMMENDED_RUNS
 from agl_lab.curves.summary import WINDOWS, markdown_table
+from agl_lab.files.atomic_files import write_whole
 
 __all__ = ["effects_markdown", "effects_text", "save_effects", "verdict"]
 

@@ -6,7 +6,7 @@ module rather than letting a parser fill gaps: a **ragged** row (more or fewer f
 edited or concatenated) would shift values into the wrong columns, so it is refused with the file, the line and
 the counts; a cell that is not a number is refused the same way (an empty cell is a step the run did not log). A file
 that does not end with a newline may be cut in the middle of its last number (``0.`` of ``0.75``), which would read
-as a whole, wrong number: that last line is left out with a :class:`~agl_lab.curves.jsonl.DamagedFileWarning` (add the
+as a whole, wrong number: that last line is left out with a :class:`~agl_lab.files.jsonl.DamagedFileWarning` (add the
 newline if the file is complete). A header without rows warns and reads as no steps. Steps are checked by
 :mod:`agl_lab.curves.history`, which every reader shares.
 """
@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from agl_lab.curves.jsonl import DamagedFileWarning, read_text_file
+from agl_lab.files.jsonl import DamagedFileWarning, read_text_file
 
 __all__ = ["STEP_COLUMNS", "csv_steps"]
 

@@ -11,7 +11,7 @@ mass is the summed weight of its trained tokens for a unit advantage, at ratio 1
   ``seq-mean-token-mean``: k rows weigh k times; ``token-mean``: by tokens, and more rows mean more calls).
 
 The mass metrics are left out for a loss verl's registry lacks (no weights) and on a step without mass. ``agl-lab
-reproduce row-split`` (:mod:`agl_lab.training.reproduce`) compares them over seeds; notebook 01 shows the same
+reproduce row-split`` (:mod:`agl_lab.studies.reproduce`) compares them over seeds; notebook 01 shows the same
 weights per rows-per-rollout class on one batch.
 """
 

@@ -1,6 +1,6 @@
 """A whole run's weighting diagnostics, step by step: every catalogue mode on the same rollouts (the counterfactual).
 
-Each step of a run's rows (:mod:`agl_lab.lab.run_readers`, one step in memory at a time) is measured as the step
+Each step of a run's rows (:mod:`agl_lab.files.run_readers`, one step in memory at a time) is measured as the step
 trained it: rows not ``kept`` out; each row's advantage the source's own where it records one for every kept row,
 else the config's estimator's (``grpo``/``grpo_vectorized`` in numpy, :mod:`agl_lab.lab.grpo_numpy`; another
 outcome estimator through verl's own ``compute_advantage`` on one-token rows; an estimator that reads per-token
@@ -61,7 +61,7 @@ class RunDiagnostics:
 def diagnose_steps(
     frames: Iterable[tuple[int | None, pd.DataFrame]], settings: DiagnosticsSettings, *, modes: Sequence[str]
 ) -> RunDiagnostics:
-    """Every step of ``frames`` (``(step, rows)`` pairs, as :func:`agl_lab.lab.run_readers.iter_run_steps` yields
+    """Every step of ``frames`` (``(step, rows)`` pairs, as :func:`agl_lab.files.run_readers.iter_run_steps` yields
     them) measured with ``settings`` under ``modes``; one step in memory at a time."""
     tables, influences = [], []
     for step, rows in frames:

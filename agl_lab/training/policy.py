@@ -34,7 +34,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from agl_lab.curves.atomic_files import written_whole
+from agl_lab.files.atomic_files import written_whole
 from agl_lab.training.local_model import check_model_folder, load_local_model
 
 __all__ = ["SPECIAL_TOKENS", "Policy", "build_policy", "generate", "resolve_device", "score"]

@@ -7,7 +7,7 @@ this module builds. The folder ``DIR``:
 * ``recording.json`` — written once: ``format``, ``producer``, ``versions``, ``settings`` (the resolved config's
   three per-rollout settings) and ``columns`` (name → Parquet type);
 * ``<global_step>.parquet`` — one per training step (``1.parquet``, ``2.parquet``, …), one line per training row,
-  sorted by ``row``; each file is written whole or not at all (:mod:`agl_lab.curves.atomic_files`).
+  sorted by ``row``; each file is written whole or not at all (:mod:`agl_lab.files.atomic_files`).
 
 ========================  ==========  =======================================================================
 column                    type        meaning
@@ -45,7 +45,7 @@ from verl import DataProto
 
 from agl_lab.config.modes import LOSS_MODES, weighing_mode
 from agl_lab.config.settings import CAP, DIVISOR, LOSS_MODE, ROLLOUT_LEVEL
-from agl_lab.curves.atomic_files import write_whole, written_whole
+from agl_lab.files.atomic_files import write_whole, written_whole
 from agl_lab.lab.diagnostics import step_diagnostics
 from agl_lab.lab.loss_scale import token_layout
 

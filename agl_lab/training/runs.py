@@ -31,7 +31,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from agl_lab.config.secrets import redacted_yaml
-from agl_lab.curves.atomic_files import write_whole
+from agl_lab.files.atomic_files import write_whole
 
 __all__ = ["STATUS_FILE", "TRAINED_NOTHING", "RunFiles", "create_run_dir", "finished_runs", "resolved_config_yaml"]
 

@@ -7,7 +7,7 @@ directory is left behind. :meth:`RunSession.close` then ends a run in three part
 before it fails (a full disk refusing the last flush must not cost the policy or the W&B exit record): close the
 files, save the policy, record how the run ended (``status.json``), finish the trackers. The trainer runs it with stop
 signals deferred (:func:`agl_lab.training.process_state.deferred_signals`), and the policy and the status are written
-whole (:mod:`agl_lab.curves.atomic_files`), so no number of signals leaves a half-written file.
+whole (:mod:`agl_lab.files.atomic_files`), so no number of signals leaves a half-written file.
 """
 
 from __future__ import annotations

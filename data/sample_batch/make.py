@@ -11,7 +11,7 @@ from pathlib import Path
 
 from verl import DataProto
 
-from agl_lab.lab.batch_io import save_batch
+from agl_lab.files.batch_io import save_batch
 from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
 
 # 12 prompts × 4 rollouts; failing rollouts take two more LLM calls, and a call rewrites its context 30% of

@@ -2,16 +2,16 @@
 
 Eight training steps of a synthetic agent run (agl_lab.lab.synthetic) at the ``transition`` level, each LLM call a row
 as in a multi-output agent loop, written as verl's ``trainer.rollout_data_dir`` by verl's own
-``RayPPOTrainer._log_rollout_data`` (agl_lab.lab.verl_dump.write_verl_dump drives it on a bare trainer). Deterministic:
-tests/test_run_readers.py checks that this script reproduces the shipped files byte for byte.
+``RayPPOTrainer._log_rollout_data`` (agl_lab.files.verl_dump.write_verl_dump drives it on a bare trainer).
+Deterministic: tests/test_run_readers.py checks that this script reproduces the shipped files byte for byte.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from agl_lab.files.verl_dump import write_verl_dump
 from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
-from agl_lab.lab.verl_dump import write_verl_dump
 
 STEPS = 8
 

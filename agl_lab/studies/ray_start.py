@@ -79,4 +79,4 @@ def _drop_default_notice(record: logging.LogRecord) -> bool:
 
 def _import_the_trainer() -> None:
     """In a worker: import what a sweep's cell runs, so the cell starts training when it arrives."""
-    import agl_lab.training.sweep  # noqa: F401 (the import is the point: torch, verl, the trainer)
+    import agl_lab.studies.sweep  # noqa: F401 (the import is the point: torch, verl, the trainer)

@@ -1,4 +1,4 @@
-"""Running and judging the prepared reproductions of reported effects (:mod:`agl_lab.training.experiments`).
+"""Running and judging the prepared reproductions of reported effects (:mod:`agl_lab.studies.experiments`).
 
 A check passes when its 95% interval lies on the expected side of 0 (a paired comparison with another setting, or
 the setting's own runs against 0), or, for ``expect="zero"``, when the metric is within :data:`ZERO_TOL` of 0 at
@@ -8,7 +8,7 @@ never tuned until it passes.
 :func:`run_reproduction` runs the settings over a pilot of seeds (Ray in parallel, :func:`agl_lab.run_sweep`), asks
 each unresolved check how many pairs would resolve it (``seeds_needed``), extends once to the largest (capped at
 ``max_seeds``; one extension, so the seed count is not chosen by peeking at p), judges the checks on every seed and
-writes ``report.md`` and figures (:mod:`agl_lab.training.reproduce_report`). ``agl-lab reproduce NAME``; notebook
+writes ``report.md`` and figures (:mod:`agl_lab.studies.reproduce_report`). ``agl-lab reproduce NAME``; notebook
 ``notebooks/05_reproduce_effects.ipynb``.
 """
 
@@ -27,8 +27,8 @@ import pandas as pd
 from agl_lab.curves.effects import compare_settings, one_sample, run_values
 from agl_lab.curves.rliable_stats import TooFewRunsWarning
 from agl_lab.curves.verdicts import verdict
-from agl_lab.training.experiments import EXPERIMENTS, Check, Experiment
-from agl_lab.training.sweep import SweepResult, run_sweep, shared_ray
+from agl_lab.studies.experiments import EXPERIMENTS, Check, Experiment
+from agl_lab.studies.sweep import SweepResult, run_sweep, shared_ray
 
 __all__ = ["ZERO_TOL", "Reproduction", "judge", "run_reproduction", "seeds_asked"]
 
@@ -70,7 +70,7 @@ def run_reproduction(
 ) -> Reproduction:
     """Run experiment ``name`` (module docstring) into ``out_dir`` (default ``runs/reproduce-<name>/``); write its
     report unless Ctrl-C or SIGTERM stopped it. Rerunning into the same folder skips the finished runs."""
-    from agl_lab.training.reproduce_report import write_report
+    from agl_lab.studies.reproduce_report import write_report
 
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; choose one of {list(EXPERIMENTS)}")

@@ -6,11 +6,11 @@ or ``0-4``: :func:`seed_list`); single-valued items apply to every run. Without 
 the demo's settings (:data:`agl_lab.config.settings.DEMO_SETTINGS`): notebook 04's sweep from a shell. Each run
 composes from the short-run preset (base ``short-run``) like ``agl-lab train``. The sweep is
 :func:`agl_lab.run_sweep`: the same command with the same ``--out`` skips finished runs and reruns failed or
-interrupted ones. It writes :func:`agl_lab.training.demo.save_results`' panels (bands across seeds),
+interrupted ones. It writes :func:`agl_lab.studies.demo.save_results`' panels (bands across seeds),
 ``summary.csv``/``summary.md`` and ``effects.csv``/``effects.md`` (each setting against ``--baseline``, paired by
 seed: success over the last 20% of steps; default :func:`agl_lab.curves.effects.default_baseline`: ``both_off`` when
 swept, else the first setting), prints the summary and one verdict line per setting, and prints the sweep's folder
-last. ``--address HOST:PORT`` runs the cells on an existing Ray cluster (:mod:`agl_lab.training.sweep_ray`: each cell's
+last. ``--address HOST:PORT`` runs the cells on an existing Ray cluster (:mod:`agl_lab.studies.sweep_ray`: each cell's
 files come back through Ray, its policy with ``--fetch-policies``); the address is never printed nor written.
 """
 
@@ -20,13 +20,14 @@ import argparse
 import datetime
 from pathlib import Path
 
-from agl_lab.cli_help import SUBCOMMAND_BASES, add_run_options, print_base
+from agl_lab.cli.commands import Subcommand
+from agl_lab.cli.help import add_run_options, print_base
 from agl_lab.config.grid import MAX_SWEEP_CELLS, too_many_cells
 from agl_lab.config.secrets import redact_argv
 from agl_lab.curves.band_kinds import BAND_LABELS
 from agl_lab.exit_codes import stopped
 
-__all__ = ["DEFAULT_SEEDS", "add_sweep_parser", "run_sweep_command", "seed_list"]
+__all__ = ["COMMAND", "DEFAULT_SEEDS", "add_sweep_arguments", "run_sweep_command", "seed_list"]
 
 DEFAULT_SEEDS = (0, 1, 2)
 
@@ -35,22 +36,8 @@ _EXAMPLE = (
 )
 
 
-def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
-    """Register ``sweep`` among the ``agl-lab`` subcommands."""
-    sweep = commands.add_parser(
-        "sweep",
-        help="settings x seeds (key=a,b makes one setting per value); figures with bands and a summary table",
-        description=(
-            "Trains every combination of the values given as key=a,b at every seed; key=value items apply to every "
-            "run. Without a key=a,b item it sweeps the settings agl-lab demo trains side by side. Each run "
-            "composes from base short-run, like agl-lab train. The same command with the same --out skips finished "
-            "runs and reruns failed or interrupted ones (a changed config for finished runs is refused, exit 4). "
-            "Writes the demo's panels (bands across seeds), summary.csv, summary.md, cells.csv (the cells they cover) "
-            "and effects.csv/effects.md (each setting minus --baseline, paired by seed) into the sweep "
-            "folder, prints the summary and the effects, and prints the folder last."
-        ),
-        epilog=f"example: {_EXAMPLE} --seeds 0 1 2",
-    )
+def add_sweep_arguments(sweep: argparse.ArgumentParser) -> None:
+    """``sweep``'s arguments."""
     sweep.add_argument(
         "dotlist", nargs="*", help="key=value for every run; key=a,b (several values) makes one setting per value"
     )
@@ -85,7 +72,6 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
         default=None,
         help="the setting every other is compared with, paired by seed (default: both_off when swept, else the first)",
     )
-    sweep.set_defaults(run=run_sweep_command)
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
@@ -96,9 +82,9 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     from agl_lab.curves.effects import default_baseline
     from agl_lab.curves.summary import number
     from agl_lab.curves.verdicts import effects_text
-    from agl_lab.training.demo import demo_summary, save_results
-    from agl_lab.training.sweep import run_cells, wandb_mode_items
-    from agl_lab.training.sweep_plan import plan_sweep
+    from agl_lab.studies.demo import demo_summary, save_results
+    from agl_lab.studies.sweep import run_cells, wandb_mode_items
+    from agl_lab.studies.sweep_plan import plan_sweep
 
     seeds = [seed for given in args.seeds for seed in given] if args.seeds else list(DEFAULT_SEEDS)
     settings, common = sweep_grid(args.dotlist)
@@ -110,7 +96,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     if args.address is not None and args.executor != "ray":
         raise ValueError("--address names a Ray cluster: use it with --executor ray (the default)")
     out = Path(args.out) if args.out else Path("sweeps") / f"{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    print_base(SUBCOMMAND_BASES["sweep"])
+    print_base(COMMAND.base)
     cells = plan_sweep(settings, seeds, sweep_dir=out, dotlist=[*common, *wandb_mode_items(args.wandb_mode)])
     listed = " ".join(map(str, seeds))
     where = "ray cluster (--address)" if args.address else args.executor
@@ -160,3 +146,22 @@ def seed_list(text: str) -> list[int]:
             raise argparse.ArgumentTypeError(f"{text}: {too_many_cells('seeds', len(seeds) + last - first + 1)}")
         seeds += range(first, last + 1)
     return seeds
+
+
+COMMAND = Subcommand(
+    name="sweep",
+    help="settings x seeds (key=a,b makes one setting per value); figures with bands and a summary table",
+    description=(
+        "Trains every combination of the values given as key=a,b at every seed; key=value items apply to every "
+        "run. Without a key=a,b item it sweeps the settings agl-lab demo trains side by side. Each run "
+        "composes from base short-run, like agl-lab train. The same command with the same --out skips finished "
+        "runs and reruns failed or interrupted ones (a changed config for finished runs is refused, exit 4). "
+        "Writes the demo's panels (bands across seeds), summary.csv, summary.md, cells.csv (the cells they cover) "
+        "and effects.csv/effects.md (each setting minus --baseline, paired by seed) into the sweep "
+        "folder, prints the summary and the effects, and prints the folder last."
+    ),
+    epilog=f"example: {_EXAMPLE} --seeds 0 1 2",
+    base="short-run",
+    add_arguments=add_sweep_arguments,
+    run=run_sweep_command,
+)

@@ -1,7 +1,7 @@
 """``agl-lab weighting PATH``: verl PR #7580's weighting diagnostics of a batch or a run, for every loss mode.
 
 PATH is a run (verl's ``trainer.rollout_data_dir`` of ``<step>.jsonl`` files, a folder of ``<step>.parquet``/``.csv``
-tables, one such table, an agl_lab run directory) or a batch (a folder :func:`agl_lab.lab.batch_io.save_batch` wrote,
+tables, one such table, an agl_lab run directory) or a batch (a folder :func:`agl_lab.files.batch_io.save_batch` wrote,
 such as ``data/sample_batch``; a verl pickle with ``--trusted``). It prints the whole run's table, one line per loss
 mode in the columns ``mode, trajectories, rows, solve_by_trajectory, solve_by_row, gap, mean_rows_solved,
 mean_rows_failed, adv_cosine, ess_fraction`` (rates and shares as fractions: 0.105 is the PR's 10.5 points; a
@@ -19,27 +19,18 @@ import argparse
 import numbers
 import os
 
-from agl_lab.cli_help import SUBCOMMAND_BASES, print_base
+from agl_lab.cli.commands import Subcommand
+from agl_lab.cli.help import print_base
 
-__all__ = ["add_weighting_parser", "run_weighting_command"]
+__all__ = ["COMMAND", "add_weighting_arguments", "run_weighting_command"]
 
 # The influence tables printed when --modes is not given: the baseline the PR measures, its proposals, Agent
 # Lightning's answer (the full table has every mode).
 _INFLUENCE_MODES = ("seq-mean-token-mean", "session_equal", "partition_preserving", "per_rollout_mean:rows")
 
 
-def add_weighting_parser(commands: argparse._SubParsersAction) -> None:
-    """Register ``weighting`` among the ``agl-lab`` subcommands."""
-    weighting = commands.add_parser(
-        "weighting",
-        help="verl PR #7580's weighting diagnostics of a batch or a run, for every loss mode",
-        description=(
-            "Prints, per loss mode, the solve rate by trajectory and the one the mode's objective sees (by row), their "
-            "gap, rows per solved and failed rollout, the cosine between weighted and unweighted advantages and the "
-            "effective sample size of the row weights; then the influence by rows-per-rollout class."
-        ),
-        epilog="example: agl-lab weighting data/verl_rollout_dump --steps 1-4 --out weighting/",
-    )
+def add_weighting_arguments(weighting: argparse.ArgumentParser) -> None:
+    """``weighting``'s arguments."""
     weighting.add_argument("path", help="a run (verl rollout_data_dir, step tables, an agl_lab run) or a batch")
     weighting.add_argument(
         "dotlist", nargs="*", help="key=value for how rows are measured (e.g. algorithm.adv_estimator=rloo)"
@@ -50,15 +41,14 @@ def add_weighting_parser(commands: argparse._SubParsersAction) -> None:
     weighting.add_argument("--trajectory-column", default=None, help="the field of a verl dump holding the trajectory")
     weighting.add_argument("--group-column", default=None, help="the field of a verl dump holding the GRPO group")
     weighting.add_argument("--trusted", action="store_true", help="load a pickled verl dump (unpickling runs code)")
-    weighting.set_defaults(run=run_weighting_command)
 
 
 def run_weighting_command(args: argparse.Namespace) -> int:
     """Run ``agl-lab weighting``; 0 when the table was printed (and written)."""
     from agl_lab.lab.row_diagnostics import COLUMNS, INFLUENCE_COLUMNS
-    from agl_lab.training.weighting_source import diagnose_run, is_lab_run
+    from agl_lab.studies.weighting_source import diagnose_run, is_lab_run
 
-    base = SUBCOMMAND_BASES["weighting"]
+    base = COMMAND.base
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
         raise ValueError(f"--out {args.out} is a file: give a folder for the tables and figures")
     lab_run = is_lab_run(args.path)
@@ -106,7 +96,7 @@ def _write_outputs(run, table, out: str, *, modes) -> list:
     """The tables and figures of ``--out``, each made before any is written, each written whole."""
     from pathlib import Path
 
-    from agl_lab.curves.atomic_files import write_whole, written_whole
+    from agl_lab.files.atomic_files import write_whole, written_whole
     from agl_lab.lab.diagnostics_figures import PROPOSALS, plot_proposals
     from agl_lab.lab.run_figures import plot_steps
 
@@ -141,3 +131,18 @@ def _cell(value) -> str:
     if isinstance(value, numbers.Integral):  # numpy's integers too
         return f"{int(value)}"
     return "nan" if value != value else f"{round(float(value), 3) + 0.0:.3f}"
+
+
+COMMAND = Subcommand(
+    name="weighting",
+    help="verl PR #7580's weighting diagnostics of a batch or a run, for every loss mode",
+    description=(
+        "Prints, per loss mode, the solve rate by trajectory and the one the mode's objective sees (by row), their "
+        "gap, rows per solved and failed rollout, the cosine between weighted and unweighted advantages and the "
+        "effective sample size of the row weights; then the influence by rows-per-rollout class."
+    ),
+    epilog="example: agl-lab weighting data/verl_rollout_dump --steps 1-4 --out weighting/",
+    base="short-run",
+    add_arguments=add_weighting_arguments,
+    run=run_weighting_command,
+)

@@ -16,7 +16,7 @@
 This module makes the table from a batch's arrays: a verl ``DataProto`` (:func:`rows_from_batch`) or the lab's safe
 batch format read with numpy alone (:func:`read_safe_batch`: safetensors parsed here, bf16 included, so reading a
 batch file loads neither torch nor verl). ``attrs["score_dtype"]`` keeps the scores' dtype: the advantage is
-computed in it (:mod:`agl_lab.lab.grpo_numpy`). The run readers are :mod:`agl_lab.lab.run_readers`.
+computed in it (:mod:`agl_lab.lab.grpo_numpy`). The run readers are :mod:`agl_lab.files.run_readers`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from agl_lab.lab.batch_io import TENSORS_FILE, BatchFileError, non_tensor_columns, read_batch_header
+from agl_lab.files.batch_io import TENSORS_FILE, BatchFileError, non_tensor_columns, read_batch_header
 
 if TYPE_CHECKING:
     from verl import DataProto
@@ -63,8 +63,8 @@ def rows_from_batch(batch: DataProto, *, step: int | None = None) -> pd.DataFram
 
 
 def read_safe_batch(path: str | os.PathLike, *, step: int | None = None) -> pd.DataFrame:
-    """The table of a batch directory :func:`agl_lab.lab.batch_io.save_batch` wrote, read with numpy only (its
-    checksums verified as :func:`~agl_lab.lab.batch_io.load_batch` verifies them)."""
+    """The table of a batch directory :func:`agl_lab.files.batch_io.save_batch` wrote, read with numpy only (its
+    checksums verified as :func:`~agl_lab.files.batch_io.load_batch` verifies them)."""
     path = Path(path)
     header = read_batch_header(path, stacklevel=3)
     tensors, dtypes = _read_safetensors(path / TENSORS_FILE, keys=_READ)

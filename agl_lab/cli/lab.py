@@ -7,7 +7,7 @@ notebook you edited is never overwritten, and says which it copied and which it 
 lab`` serving DIR (``os.execv``: the server is this very process, so Ctrl-C, SIGTERM, SIGKILL and a closed terminal
 stop it as they would stop the command). Jupyter's own options pass through after DIR; a root folder of yours
 (``--ServerApp.root_dir``, ``--notebook-dir``) replaces DIR as the server's root. The notebooks read their data from
-the package (:func:`agl_lab.lab.batch_io.sample_batch_path`), so a copy runs anywhere. ``make lab`` serves a
+the package (:func:`agl_lab.files.batch_io.sample_batch_path`), so a copy runs anywhere. ``make lab`` serves a
 clone's ``notebooks/`` itself (nothing to copy).
 """
 
@@ -18,31 +18,20 @@ import os
 import sys
 from pathlib import Path
 
+from agl_lab.cli.commands import Subcommand
 from agl_lab.config.secrets import mask_secrets, secret_values
 
-__all__ = ["DEFAULT_FOLDER", "SHIPPED_NOTEBOOKS", "add_lab_parser", "copy_notebooks", "run_lab_command"]
+__all__ = ["COMMAND", "DEFAULT_FOLDER", "SHIPPED_NOTEBOOKS", "add_lab_arguments", "copy_notebooks", "run_lab_command"]
 
-SHIPPED_NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
+SHIPPED_NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 DEFAULT_FOLDER = "agl-lab-notebooks"
 # jupyter server's options (and alias) for the folder it serves: one given by the user wins over DIR
 _ROOT_OPTIONS = ("--ServerApp.root_dir", "--ServerApp.notebook_dir", "--notebook-dir")
 
 
-def add_lab_parser(commands: argparse._SubParsersAction) -> None:
-    """Register ``lab`` among the ``agl-lab`` subcommands."""
-    lab = commands.add_parser(
-        "lab",
-        parents=[],  # no --debug of agl-lab's here: jupyter's own --debug passes through
-        help="copy the notebooks into DIR (keeping yours) and open JupyterLab there; other options go to jupyter lab",
-        description=(
-            "Copies agl_lab's notebooks into DIR, except those already there (yours are never overwritten), and "
-            "runs JupyterLab on DIR in this process: it stops with the command. Options after DIR go to jupyter "
-            "lab (e.g. --no-browser --port=8889); --ServerApp.root_dir=... of yours replaces DIR as its root."
-        ),
-        usage="agl-lab lab [-h] [DIR] [jupyter lab options]",
-    )
+def add_lab_arguments(lab: argparse.ArgumentParser) -> None:
+    """``lab``'s argument (the rest goes to jupyter lab)."""
     lab.add_argument("folder", nargs="?", default=DEFAULT_FOLDER, metavar="DIR", help=f"default: ./{DEFAULT_FOLDER}")
-    lab.set_defaults(run=run_lab_command, other_args=[])
 
 
 def run_lab_command(args: argparse.Namespace) -> int:
@@ -94,3 +83,19 @@ def copy_notebooks(folder: Path) -> tuple[list[str], list[str]]:
                 raise
         copied.append(notebook.name)
     return copied, kept
+
+
+COMMAND = Subcommand(
+    name="lab",
+    help="copy the notebooks into DIR (keeping yours) and open JupyterLab there; other options go to jupyter lab",
+    description=(
+        "Copies agl_lab's notebooks into DIR, except those already there (yours are never overwritten), and "
+        "runs JupyterLab on DIR in this process: it stops with the command. Options after DIR go to jupyter "
+        "lab (e.g. --no-browser --port=8889); --ServerApp.root_dir=... of yours replaces DIR as its root."
+    ),
+    usage="agl-lab lab [-h] [DIR] [jupyter lab options]",
+    base=None,
+    add_arguments=add_lab_arguments,
+    run=run_lab_command,
+    hands_on_unknown=True,  # no --debug of agl-lab's here: jupyter's own --debug passes through
+)

@@ -1,7 +1,7 @@
 """``agl-lab demo [--out DIR] [key.path=value ...]``: the settings that matter, trained side by side.
 
 One short run per setting of :data:`agl_lab.config.settings.DEMO_SETTINGS` (base ``short-run``, same seed), then
-figures and a summary table (:mod:`agl_lab.training.demo`); prints the output folder last.
+figures and a summary table (:mod:`agl_lab.studies.demo`); prints the output folder last.
 """
 
 from __future__ import annotations
@@ -9,18 +9,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agl_lab.cli_help import SUBCOMMAND_BASES, print_base
+from agl_lab.cli.commands import Subcommand
+from agl_lab.cli.help import print_base
 from agl_lab.exit_codes import stopped
 
-__all__ = ["add_demo_parser", "run_demo_command"]
+__all__ = ["COMMAND", "add_demo_arguments", "run_demo_command"]
 
 
-def add_demo_parser(commands: argparse._SubParsersAction) -> None:
-    """Register ``demo`` among the ``agl-lab`` subcommands."""
-    demo = commands.add_parser("demo", help="train the settings that matter side by side; write figures and a table")
+def add_demo_arguments(demo: argparse.ArgumentParser) -> None:
+    """``demo``'s arguments."""
     demo.add_argument("dotlist", nargs="*", help="Hydra overrides for every run, e.g. lab.seed=1")
     demo.add_argument("--out", default=None, help="output folder (default: a fresh runs/demo-<time>/)")
-    demo.set_defaults(run=run_demo_command)
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
@@ -32,9 +31,9 @@ def _demo(dotlist: list[str], *, out: str | None) -> int:
     from agl_lab.config.settings import DEMO_SETTINGS
     from agl_lab.curves.summary import number
     from agl_lab.curves.verdicts import effects_text
-    from agl_lab.training.demo import demo_summary, run_demo
+    from agl_lab.studies.demo import demo_summary, run_demo
 
-    print_base(SUBCOMMAND_BASES["demo"])
+    print_base(COMMAND.base)
     print("Settings, one short run each:")
     for name, items in DEMO_SETTINGS.items():
         print(f"  {name:<14} {' '.join(items)}")
@@ -54,3 +53,12 @@ def _demo(dotlist: list[str], *, out: str | None) -> int:
     for cell in failed.itertuples():
         print(f"agl-lab: {cell.setting} seed {cell.seed} {cell.status}: {cell.error}", file=sys.stderr)
     return 1 if len(failed) else 0
+
+
+COMMAND = Subcommand(
+    name="demo",
+    help="train the settings that matter side by side; write figures and a table",
+    base="short-run",
+    add_arguments=add_demo_arguments,
+    run=run_demo_command,
+)

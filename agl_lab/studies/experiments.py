@@ -6,7 +6,7 @@ what must hold for the claim to count as reproduced. A check compares one settin
 (:func:`agl_lab.curves.effects.compare_settings`), or with 0 (``baseline=None``: the setting's own runs), and passes
 when the 95% interval lies on the expected side of 0; or it asks that a metric be exactly 0 at every step of every
 run (``expect="zero"``). ``shown`` comparisons are measured with no claim. Adding an experiment is one entry of
-:data:`EXPERIMENTS`; :mod:`agl_lab.training.reproduce` runs and judges them (``agl-lab reproduce NAME``).
+:data:`EXPERIMENTS`; :mod:`agl_lab.studies.reproduce` runs and judges them (``agl-lab reproduce NAME``).
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from agl_lab.lab.batch_io import BatchFileError
-from agl_lab.lab.run_rows import tidy
+from agl_lab.files.batch_io import BatchFileError
+from agl_lab.files.run_rows import tidy
 
 if TYPE_CHECKING:
     from verl import DataProto

@@ -8,6 +8,8 @@ subcommand's name that is neither an option nor an option's value, in the order 
 a subcommand with positional arguments of its own, ``reproduce NAME``, stay its arguments). An option with several
 values stops at the first word that looks like a Hydra override (``key=value``, ``+key=value``, ``~key``), so
 ``--seeds 0 1 key=a,b`` gives two seeds and one item. Subcommands without a dotlist (``lab``) keep every word.
+Which options take several values is read from each subcommand's parser, a :class:`CommandParser`, which keeps the
+arguments it was given (argparse keeps its own list private).
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping, Sequence
 
-__all__ = ["split_dotlist"]
+from agl_lab.exit_codes import MaskingParser
+
+__all__ = ["CommandParser", "split_dotlist"]
 
 
-def split_dotlist(
-    argv: Sequence[str], *, commands: Mapping[str, argparse.ArgumentParser]
-) -> tuple[list[str], list[str]]:
+def split_dotlist(argv: Sequence[str], *, commands: Mapping[str, CommandParser]) -> tuple[list[str], list[str]]:
     """``argv`` without its ``key=value`` items, and the items in their order.
 
     ``commands``: each subcommand's name and parser (the ``choices`` of the subparsers action). Words before the
@@ -28,10 +30,11 @@ def split_dotlist(
     handled as argparse would.
     """
     at = next((i for i, word in enumerate(argv) if word in commands), None)
-    if at is None or not _has_dotlist(commands[argv[at]]):
+    arguments = commands[argv[at]].arguments if at is not None else []
+    if not _has_dotlist(arguments):
         return list(argv), []
-    nargs = _option_nargs(commands[argv[at]])
-    positionals = _other_positionals(commands[argv[at]])  # e.g. reproduce NAME: its first plain word is the name
+    nargs = _option_nargs(arguments)
+    positionals = _other_positionals(arguments)  # e.g. reproduce NAME: its first plain word is the name
     words, kept, items = list(argv[at + 1 :]), list(argv[: at + 1]), []
     i = 0
     while i < len(words):
@@ -61,19 +64,32 @@ def split_dotlist(
     return kept, items
 
 
-def _has_dotlist(parser: argparse.ArgumentParser) -> bool:
-    # argparse has no public list of a parser's arguments; _actions is the one it keeps (read here, never changed)
-    return any(action.dest == "dotlist" for action in parser._actions)
+class CommandParser(MaskingParser):
+    """``agl-lab``'s parser and, through ``add_subparsers``, each subcommand's: a :class:`MaskingParser` keeping in
+    ``arguments`` every argument ``add_argument`` made (``-h`` too), each an ``argparse.Action``."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.arguments: list[argparse.Action] = []  # before argparse's __init__, which adds -h
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        self.arguments.append(action)
+        return action
 
 
-def _other_positionals(parser: argparse.ArgumentParser) -> int:
+def _has_dotlist(arguments: Sequence[argparse.Action]) -> bool:
+    return any(action.dest == "dotlist" for action in arguments)
+
+
+def _other_positionals(arguments: Sequence[argparse.Action]) -> int:
     """How many single-word positional arguments the subcommand takes besides its dotlist."""
-    return sum(1 for action in parser._actions if not action.option_strings and action.dest != "dotlist")
+    return sum(1 for action in arguments if not action.option_strings and action.dest != "dotlist")
 
 
-def _option_nargs(parser: argparse.ArgumentParser) -> dict[str, int | str | None]:
+def _option_nargs(arguments: Sequence[argparse.Action]) -> dict[str, int | str | None]:
     """Each option string → argparse's ``nargs``: None = one value, 0 = a flag, "+"/"*" = several."""
-    return {option: action.nargs for action in parser._actions for option in action.option_strings}
+    return {option: action.nargs for action in arguments for option in action.option_strings}
 
 
 def _resolved(nargs: Mapping[str, int | str | None], word: str) -> int | str | None:

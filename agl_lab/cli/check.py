@@ -13,31 +13,23 @@ from __future__ import annotations
 import argparse
 import warnings
 
-from agl_lab.cli_help import (
-    SUBCOMMAND_BASES,
-    gate_findings,
-    print_base,
-    print_findings,
-    print_launch_view,
-    print_settings,
-)
+from agl_lab.cli import launch
+from agl_lab.cli.commands import Subcommand
+from agl_lab.cli.help import gate_findings, print_base, print_findings, print_launch_view, print_settings
 from agl_lab.config.compose import BASES
 
-__all__ = ["add_check_parser", "run_check_command"]
+__all__ = ["COMMAND", "add_check_arguments", "run_check_command"]
 
 _LISTED_ROWS = 24  # check lists the rows after steps 1–5 up to this many
 
 
-def add_check_parser(commands: argparse._SubParsersAction) -> None:
-    """Register ``check`` among the ``agl-lab`` subcommands."""
-    check = commands.add_parser("check", help="resolve the three settings, run the doctor and the example batch")
+def add_check_arguments(check: argparse.ArgumentParser) -> None:
+    """``check``'s arguments."""
     check.add_argument("dotlist", nargs="*", help="Hydra overrides, e.g. agentlightning.max_ppo_update_times=2")
     check.add_argument("--show-config", action="store_true", help="print the whole composed config (secrets as ***)")
     check.add_argument(
-        "--base", choices=tuple(BASES), default=SUBCOMMAND_BASES["check"], help="compose from this base (agl: what "
-        "launch sends)",
-    )  # fmt: skip
-    check.set_defaults(run=run_check_command)
+        "--base", choices=tuple(BASES), default=COMMAND.base, help="compose from this base (agl: what launch sends)"
+    )
 
 
 def run_check_command(args: argparse.Namespace) -> int:
@@ -66,7 +58,7 @@ def _check(dotlist: list[str], *, show_config: bool, base: str) -> int:
 
     print("\nDoctor:" + ("" if findings else " no findings"))
     ok = print_findings(findings)
-    if base != SUBCOMMAND_BASES["launch"]:
+    if base != launch.COMMAND.base:
         print_launch_view(dotlist)
     if not ok:
         return 1
@@ -90,3 +82,12 @@ def _check(dotlist: list[str], *, show_config: bool, base: str) -> int:
     table = pd.Series({**example.metrics, **metrics}, dtype=object).rename_axis("metric").rename("value")
     print(table.to_string(float_format=lambda v: f"{v:.4g}"))
     return 0
+
+
+COMMAND = Subcommand(
+    name="check",
+    help="resolve the three settings, run the doctor and the example batch",
+    base="example",
+    add_arguments=add_check_arguments,
+    run=run_check_command,
+)

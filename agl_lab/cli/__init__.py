@@ -5,12 +5,13 @@ first: ``check`` from ``example`` (Agent Lightning's defaults + the example over
 ``sweep`` from ``short-run`` (+ the short-run preset), ``launch`` from ``agl`` (Agent Lightning's defaults alone:
 what its trainer gets). ``check --base agl`` checks exactly what ``launch`` sends.
 
-One module per subcommand, ``agl_lab.cli_<name>``, each with ``add_<name>_parser(commands)`` (its options; it sets
-``run`` to ``run_<name>_command(args) -> int``): :mod:`agl_lab.cli_check` (the three settings, the doctor, the example
-batch), :mod:`agl_lab.cli_train` (a short run), :mod:`agl_lab.cli_demo` (the settings that matter side by side),
-:mod:`agl_lab.cli_sweep` (settings × seeds), :mod:`agl_lab.cli_reproduce` (a reported effect over seeds),
-:mod:`agl_lab.cli_launch` (the hand-off to Agent Lightning), :mod:`agl_lab.cli_lab` (JupyterLab on the notebooks). A new
-subcommand is a new module and its name in :data:`SUBCOMMANDS`.
+One module per subcommand, each declaring it once as a :class:`~agl_lab.cli.commands.Subcommand` (name, help, base,
+its arguments and the function that runs it): :mod:`agl_lab.cli.check` (the three settings, the doctor, the example
+batch), :mod:`agl_lab.cli.train` (a short run), :mod:`agl_lab.cli.demo` (the settings that matter side by side),
+:mod:`agl_lab.cli.sweep` (settings × seeds), :mod:`agl_lab.cli.reproduce` (a reported effect over seeds),
+:mod:`agl_lab.cli.weighting` (the weighting diagnostics of a batch or a run), :mod:`agl_lab.cli.launch` (the hand-off
+to Agent Lightning), :mod:`agl_lab.cli.lab` (JupyterLab on the notebooks). The one registry,
+:func:`agl_lab.cli.commands.subcommands`, lists them: a new subcommand is a new module and its line there.
 
 Every failure reaches the user as one line on stderr and a documented exit code (:mod:`agl_lab.exit_codes`, listed by
 ``agl-lab --help``); ``--debug`` adds the traceback. The stop signals are handled from the command's first moment:
@@ -18,7 +19,7 @@ Every failure reaches the user as one line on stderr and a documented exit code 
 the stack loads is one line and exit 130 too; a closed output pipe (``agl-lab check | head -1``) ends the command
 quietly (exit 141, as ``yes | head -1`` does); a working directory that was deleted is one line. Secrets given on the
 command line or in the environment are masked in everything printed. ``key=value`` items may stand anywhere among the
-options (:mod:`agl_lab.cli_dotlist`).
+options (:mod:`agl_lab.cli.dotlist`).
 """
 
 from __future__ import annotations
@@ -26,11 +27,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["SUBCOMMANDS", "build_parser", "main"]
-
-# The subcommands, in the order --help lists them: module agl_lab.cli_<name> adds its parser (add_<name>_parser) and
-# sets the function that runs it.
-SUBCOMMANDS = ("check", "train", "demo", "launch", "sweep", "reproduce", "weighting", "lab")
+__all__ = ["build_parser", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +66,7 @@ def _main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 5
-    from agl_lab.cli_dotlist import split_dotlist
+    from agl_lab.cli.dotlist import split_dotlist
     from agl_lab.config.secrets import secret_values
     from agl_lab.exit_codes import MaskingParser, report_errors
 
@@ -91,25 +88,31 @@ def _main(argv: list[str]) -> int:
 
 def build_parser() -> tuple:
     """``agl-lab``'s parser (an ``argparse.ArgumentParser``) and its subcommands (the subparsers action: ``.choices``
-    maps each name to its parser). argparse loads here: until :func:`main` takes the stop signals, every import is
-    time in which Ctrl-C would print a traceback."""
+    maps each name to its parser), from the registry (:func:`agl_lab.cli.commands.subcommands`). argparse loads here:
+    until :func:`main` takes the stop signals, every import is time in which Ctrl-C would print a traceback."""
     import argparse
-    import functools
-    import importlib
 
-    from agl_lab.cli_help import DESCRIPTION, EPILOG, version
-    from agl_lab.exit_codes import MaskingParser
+    from agl_lab.cli.commands import subcommands
+    from agl_lab.cli.dotlist import CommandParser
+    from agl_lab.cli.help import EPILOG, description, version
 
-    parser = MaskingParser(
-        prog="agl-lab", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    registry = subcommands()
+    parser = CommandParser(
+        prog="agl-lab",
+        description=description(registry),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=version())
     parser.add_argument("--debug", action="store_true", help="print the traceback of an error, not just its line")
-    common = argparse.ArgumentParser(add_help=False)  # every subcommand takes --debug too (after its name)
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    commands = parser.add_subparsers(dest="command", required=True)
-    # each subcommand's parser takes --debug too; one that hands on what it does not know passes parents=[] (lab)
-    commands.add_parser = functools.partial(commands.add_parser, parents=[common])
-    for name in SUBCOMMANDS:
-        getattr(importlib.import_module(f"agl_lab.cli_{name}"), f"add_{name}_parser")(commands)
+    commands = parser.add_subparsers(dest="command", required=True)  # each subcommand's parser a CommandParser too
+    for command in registry:
+        options = {"description": command.description, "epilog": command.epilog, "usage": command.usage}
+        sub = commands.add_parser(command.name, help=command.help, **{k: v for k, v in options.items() if v})
+        if command.hands_on_unknown:  # what it does not know goes on (lab: to jupyter lab, whose --debug is its own)
+            sub.set_defaults(other_args=[])
+        else:  # every other subcommand takes --debug after its name too
+            sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        command.add_arguments(sub)
+        sub.set_defaults(run=command.run)
     return parser, commands

@@ -1,6 +1,6 @@
 """A reproduction's report: ``report.md`` with the claim, the source, the verdict and how it was run, plus figures.
 
-Written by :func:`agl_lab.training.reproduce.run_reproduction` into the reproduction's folder
+Written by :func:`agl_lab.studies.reproduce.run_reproduction` into the reproduction's folder
 (``runs/reproduce-<name>/``): ``report.md``; ``effects.csv`` (every check and shown comparison, the effects columns
 plus window, expectation, verdict line, whether it passed and its outcome: as claimed, unresolved, or opposite to
 the claim); ``forest.png`` (each comparison's difference and 95% interval, :mod:`agl_lab.curves.forest`); one
@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from agl_lab.curves.atomic_files import write_whole
 from agl_lab.curves.figures import plot_bands, save_figure
 from agl_lab.curves.forest import plot_forest
 from agl_lab.curves.summary import markdown_table
-from agl_lab.training.demo import demo_summary
+from agl_lab.files.atomic_files import write_whole
+from agl_lab.studies.demo import demo_summary
 
 if TYPE_CHECKING:
-    from agl_lab.training.reproduce import Reproduction
+    from agl_lab.studies.reproduce import Reproduction
 
 __all__ = ["report_markdown", "write_report"]
 

@@ -3,13 +3,13 @@
 Sources (:func:`run_source` tells which a path is):
 
 * ``verl_dump``: a verl ``trainer.rollout_data_dir``, one ``<global_step>.jsonl`` per step as verl's trainers write
-  them (:mod:`agl_lab.lab.verl_dump`: which field gives the trajectory and the group; token counts and advantages
+  them (:mod:`agl_lab.files.verl_dump`: which field gives the trajectory and the group; token counts and advantages
   NaN, every row ``kept``);
 * ``step_tables``: a folder of ``<step>.parquet`` or ``<step>.csv`` files with :data:`RUN_COLUMNS` (an Agent Lightning
   run recorded by the lab; a ``recording.json`` beside them is kept in ``attrs["recording"]``); ``table``: one
   CSV or Parquet file with those columns (any framework's rows: ``docs/reading_runs.md`` maps slime's, SkyRL's,
   AReaL's and xtuner's);
-* ``lab_batch``: a folder :func:`agl_lab.lab.batch_io.save_batch` wrote (read with numpy); ``verl_pickle``: a
+* ``lab_batch``: a folder :func:`agl_lab.files.batch_io.save_batch` wrote (read with numpy); ``verl_pickle``: a
   ``DataProto.save_to_disk`` file, unpickled only with ``trusted=True`` (unpickling runs its author's code).
 
 A folder of steps streams: :func:`iter_run_steps` reads one step at a time, so memory stays bounded by one step;
@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from agl_lab.lab.batch_io import META_FILE, TENSORS_FILE, BatchFileError
-from agl_lab.lab.run_rows import RUN_COLUMNS, read_safe_batch, rows_from_batch, tidy
-from agl_lab.lab.verl_dump import read_verl_step
+from agl_lab.files.batch_io import META_FILE, TENSORS_FILE, BatchFileError
+from agl_lab.files.run_rows import RUN_COLUMNS, read_safe_batch, rows_from_batch, tidy
+from agl_lab.files.verl_dump import read_verl_step
 
 __all__ = ["iter_run_steps", "parse_steps", "read_run", "run_source"]
 
@@ -46,7 +46,7 @@ def read_run(
     group_column: str | None = None,
     trusted: bool = False,
 ) -> pd.DataFrame:
-    """One tidy line per training row (:data:`RUN_COLUMNS`, :mod:`agl_lab.lab.run_rows`) of the run at ``path``.
+    """One tidy line per training row (:data:`RUN_COLUMNS`, :mod:`agl_lab.files.run_rows`) of the run at ``path``.
 
     ``steps``: which steps (:func:`parse_steps`; None: all). ``trajectory_column``/``group_column``: the field of a
     verl dump holding each row's trajectory or GRPO group (module docstring). ``trusted``: unpickle a verl
@@ -101,7 +101,7 @@ def iter_run_steps(
     if source == "lab_batch":
         frame = read_safe_batch(path.parent if path.is_file() else path)
     else:
-        from agl_lab.lab.batch_io import load_batch
+        from agl_lab.files.batch_io import load_batch
 
         frame = rows_from_batch(load_batch(path, trusted=trusted))
     step = None if frame["step"].isna().all() else int(frame["step"].iloc[0])
@@ -135,9 +135,9 @@ def run_source(path: str | os.PathLike) -> str:
                 f"agl_lab.weighting_diagnostics({str(path)!r}) reads those"
             )
         raise BatchFileError(
-            f"{path} is neither a batch (no {META_FILE}: save one with agl_lab.lab.batch_io.save_batch) nor a run (no "
-            "<step>.jsonl files as verl's trainer.rollout_data_dir holds, no <step>.parquet or <step>.csv tables, no "
-            "metrics.jsonl as agl-lab train writes)"
+            f"{path} is neither a batch (no {META_FILE}: save one with agl_lab.files.batch_io.save_batch) nor a run "
+            "(no <step>.jsonl files as verl's trainer.rollout_data_dir holds, no <step>.parquet or <step>.csv tables, "
+            "no metrics.jsonl as agl-lab train writes)"
         )
     if path.name in (META_FILE, TENSORS_FILE):
         return "lab_batch"

@@ -18,36 +18,27 @@ from agl_lab import __version__
 from agl_lab.config.compose import BASES, ConfigError, compose_from
 from agl_lab.exit_codes import EXIT_CODES, help_epilog
 
-__all__ = ["DESCRIPTION", "EPILOG", "EXIT_CODES", "SUBCOMMAND_BASES", "print_base", "print_findings"]
-__all__ += ["add_run_options", "gate_findings", "print_launch_view", "print_settings", "print_settings_and_findings"]
-__all__ += ["shown", "version"]
+__all__ = ["EPILOG", "EXIT_CODES", "add_run_options", "description", "gate_findings", "print_base", "print_findings"]
+__all__ += ["print_launch_view", "print_settings", "print_settings_and_findings", "shown", "version"]
 
-# The base each subcommand composes from (printed by --help and by the subcommand itself).
-SUBCOMMAND_BASES = {
-    "check": "example",
-    "train": "short-run",
-    "demo": "short-run",
-    "sweep": "short-run",
-    "reproduce": "short-run",
-    "weighting": "short-run",
-    "launch": "agl",
-}
-# What each exit status means (printed by --help): agl_lab.exit_codes holds the table.
+EPILOG = help_epilog()  # what each exit status means: agl_lab.exit_codes holds the table
 
 
-DESCRIPTION = "\n".join(
-    [
-        "agl-lab (also python -m agl_lab): Agent Lightning's per-rollout settings on verl, from the command line.",
-        "",
-        "Each subcommand composes its config from a named base and prints which first:",
-        *(
-            f"  {name:<10} {base.label} [{', '.join(c for c, b in SUBCOMMAND_BASES.items() if b == name)}]"
-            for name, base in BASES.items()
-        ),
-        "then your key=value items (Hydra overrides). `agl-lab check --base agl` checks exactly what launch sends.",
-    ]
-)
-EPILOG = help_epilog()
+def description(commands) -> str:
+    """The top of ``agl-lab --help``: each base with the subcommands (:class:`agl_lab.cli.commands.Subcommand`) that
+    compose from it."""
+    return "\n".join(
+        [
+            "agl-lab (also python -m agl_lab): Agent Lightning's per-rollout settings on verl, from the command line.",
+            "",
+            "Each subcommand composes its config from a named base and prints which first:",
+            *(
+                f"  {name:<10} {base.label} [{', '.join(c.name for c in commands if c.base == name)}]"
+                for name, base in BASES.items()
+            ),
+            "then your key=value items (Hydra overrides). `agl-lab check --base agl` checks exactly what launch sends.",
+        ]
+    )
 
 
 def print_base(base: str) -> None:
@@ -57,10 +48,11 @@ def print_base(base: str) -> None:
 
 def print_launch_view(dotlist: list[str]) -> None:
     """What the doctor says of the config ``launch`` would send with the same dotlist (base agl)."""
+    from agl_lab.cli import launch
     from agl_lab.config.doctor import diagnose
 
     try:
-        base = BASES[SUBCOMMAND_BASES["launch"]]
+        base = BASES[launch.COMMAND.base]
         findings = diagnose(compose_from(base.name, dotlist=dotlist), trainer=base.trainer, composed=True)
         errors = [f for f in findings if f.level == "error"]
     except ConfigError:  # the same dotlist problem was reported above

@@ -28,10 +28,10 @@ from typing import Any
 
 from agl_lab.config.compose import short_run_config
 from agl_lab.config.secrets import mask_secrets, secret_values
-from agl_lab.curves.atomic_files import write_whole
+from agl_lab.files.atomic_files import write_whole
+from agl_lab.studies.ray_start import start_ray
+from agl_lab.studies.sweep_cells import CELL_FILE, POLICY_DIR, Cell, cell_status, write_status
 from agl_lab.training.process_state import Terminated, reinstall_stop_handlers
-from agl_lab.training.ray_start import start_ray
-from agl_lab.training.sweep_cells import CELL_FILE, POLICY_DIR, Cell, cell_status, write_status
 
 __all__ = ["CANCEL_WAIT_S", "RETRIES", "cell_files", "cell_resources", "node_record", "run_on_ray", "shared_ray"]
 __all__ += ["write_cell_files"]
@@ -180,7 +180,7 @@ def _gcs_address() -> str | None:
 
 
 def _start_ray(*, address: str | None, num_cpus: int | None) -> bool:
-    """:func:`agl_lab.training.ray_start.start_ray` (True when it started Ray), a SIGTERM while Ray starts included."""
+    """:func:`agl_lab.studies.ray_start.start_ray` (True when it started Ray), a SIGTERM while Ray starts included."""
     try:
         return start_ray(address=address, num_cpus=num_cpus)
     except SystemExit as exc:  # while it starts, Ray's own handler turns SIGTERM into sys.exit(15)

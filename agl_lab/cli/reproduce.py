@@ -1,6 +1,6 @@
 """``agl-lab reproduce NAME``: run a prepared reproduction of a reported effect and say whether it reproduced.
 
-The experiments, their claims, sources and checks are :data:`agl_lab.training.experiments.EXPERIMENTS` (``agl-lab
+The experiments, their claims, sources and checks are :data:`agl_lab.studies.experiments.EXPERIMENTS` (``agl-lab
 reproduce --list`` prints them). Each runs its settings over ``--pilot-seeds`` seeds (Ray in parallel, or
 ``--executor serial``), extends once to the seeds its unresolved checks ask for (capped by ``--max-seeds``), and
 writes ``report.md``, ``effects.csv`` and figures into ``runs/reproduce-NAME/`` (``--out``); the same command again
@@ -13,24 +13,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agl_lab.cli_help import SUBCOMMAND_BASES, add_run_options, print_base
+from agl_lab.cli.commands import Subcommand
+from agl_lab.cli.help import add_run_options, print_base
 from agl_lab.exit_codes import stopped
 
-__all__ = ["add_reproduce_parser", "run_reproduce_command"]
+__all__ = ["COMMAND", "add_reproduce_arguments", "run_reproduce_command"]
 
 
-def add_reproduce_parser(commands: argparse._SubParsersAction) -> None:
-    """Register ``reproduce`` among the ``agl-lab`` subcommands."""
-    reproduce = commands.add_parser(
-        "reproduce",
-        help="reproduce a reported effect over as many seeds as it needs; write report.md and figures",
-        description=(
-            "Runs a prepared experiment (--list shows them: claim, source, settings) over a pilot of seeds, extends "
-            "once to the seeds its unresolved checks ask for (at most --max-seeds), and writes report.md, "
-            "effects.csv and figures into runs/reproduce-NAME/. Reports whether the claim reproduced, with numbers."
-        ),
-        epilog="example: agl-lab reproduce update-cap --max-seeds 6",
-    )
+def add_reproduce_arguments(reproduce: argparse.ArgumentParser) -> None:
+    """``reproduce``'s arguments."""
     reproduce.add_argument("name", nargs="?", help="the experiment (agl-lab reproduce --list shows them)")
     reproduce.add_argument("dotlist", nargs="*", help="key=value for every run, after the experiment's own")
     reproduce.add_argument("--list", action="store_true", help="print the experiments and exit")
@@ -38,13 +29,12 @@ def add_reproduce_parser(commands: argparse._SubParsersAction) -> None:
     reproduce.add_argument("--max-seeds", type=int, default=10, help="at most this many seeds in all (default 10)")
     reproduce.add_argument("--out", default=None, help="folder (default runs/reproduce-NAME/); reused: resumes")
     add_run_options(reproduce)  # --executor, --wandb-mode
-    reproduce.set_defaults(run=run_reproduce_command)
 
 
 def run_reproduce_command(args: argparse.Namespace) -> int:
     """Run ``agl-lab reproduce``; 0 when every run finished (reproduced or not), 1 when a run failed."""
-    from agl_lab.training.experiments import EXPERIMENTS
-    from agl_lab.training.reproduce import run_reproduction
+    from agl_lab.studies.experiments import EXPERIMENTS
+    from agl_lab.studies.reproduce import run_reproduction
 
     if args.list:
         for experiment in EXPERIMENTS.values():
@@ -55,7 +45,7 @@ def run_reproduce_command(args: argparse.Namespace) -> int:
         given = f"unknown experiment {args.name!r}" if args.name else "no experiment named (agl-lab reproduce NAME)"
         raise ValueError(f"{given}; choose one of {list(EXPERIMENTS)} (--list shows their claims)")
     experiment = EXPERIMENTS[args.name]
-    print_base(SUBCOMMAND_BASES["reproduce"])
+    print_base(COMMAND.base)
     print(f"Reproduction {experiment.name}: {experiment.claim}\n  source: {experiment.source}")
     out = Path(args.out) if args.out else Path("runs") / f"reproduce-{args.name}"
     result = run_reproduction(
@@ -89,3 +79,18 @@ def run_reproduce_command(args: argparse.Namespace) -> int:
     if sweep.stopped:
         return stopped(sweep.interrupted_by or "SIGINT")
     return 1 if len(failed) else 0
+
+
+COMMAND = Subcommand(
+    name="reproduce",
+    help="reproduce a reported effect over as many seeds as it needs; write report.md and figures",
+    description=(
+        "Runs a prepared experiment (--list shows them: claim, source, settings) over a pilot of seeds, extends "
+        "once to the seeds its unresolved checks ask for (at most --max-seeds), and writes report.md, "
+        "effects.csv and figures into runs/reproduce-NAME/. Reports whether the claim reproduced, with numbers."
+    ),
+    epilog="example: agl-lab reproduce update-cap --max-seeds 6",
+    base="short-run",
+    add_arguments=add_reproduce_arguments,
+    run=run_reproduce_command,
+)

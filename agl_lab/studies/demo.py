@@ -28,13 +28,13 @@ from pathlib import Path
 from agl_lab.config.arguments import string_list
 from agl_lab.config.compose import short_run_config
 from agl_lab.config.settings import DEMO_SETTINGS
-from agl_lab.curves.atomic_files import write_whole
 from agl_lab.curves.bands import Band
 from agl_lab.curves.effects import compare_settings, default_baseline
 from agl_lab.curves.figures import save_panels
 from agl_lab.curves.summary import SUCCESS, markdown_table, summarize
 from agl_lab.curves.verdicts import save_effects
-from agl_lab.training.sweep import SweepResult, run_sweep
+from agl_lab.files.atomic_files import write_whole
+from agl_lab.studies.sweep import SweepResult, run_sweep
 
 __all__ = ["demo_summary", "run_demo", "save_results"]
 

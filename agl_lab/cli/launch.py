@@ -13,21 +13,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agl_lab.cli_help import SUBCOMMAND_BASES, print_base, print_settings_and_findings
+from agl_lab.cli.commands import Subcommand
+from agl_lab.cli.help import print_base, print_settings_and_findings
 from agl_lab.config.compose import BASES
 
-__all__ = ["add_launch_parser", "run_launch_command"]
+__all__ = ["COMMAND", "add_launch_arguments", "run_launch_command"]
 
 
-def add_launch_parser(commands: argparse._SubParsersAction) -> None:
-    """Register ``launch`` among the ``agl-lab`` subcommands."""
-    launch = commands.add_parser(
-        "launch", help="export the experiment for Agent Lightning and run it there if possible"
-    )
+def add_launch_arguments(launch: argparse.ArgumentParser) -> None:
+    """``launch``'s arguments."""
     launch.add_argument("dotlist", nargs="*", help="Hydra overrides over Agent Lightning's defaults")
-    launch.add_argument(
-        "--base", choices=tuple(BASES), default=SUBCOMMAND_BASES["launch"], help="compose from this base"
-    )
+    launch.add_argument("--base", choices=tuple(BASES), default=COMMAND.base, help="compose from this base")
     launch.add_argument("--name", default="experiment", help="names the launch script (launch_<name>.py)")
     launch.add_argument("--out", default=None, help="export folder (default: agl_export/<name>)")
     launch.add_argument(
@@ -36,7 +32,6 @@ def add_launch_parser(commands: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="the run records each step's trained rows into DIR and logs agl_lab's diagnostics (agl_lab's recorder)",
     )
-    launch.set_defaults(run=run_launch_command)
 
 
 def run_launch_command(args: argparse.Namespace) -> int:
@@ -70,3 +65,12 @@ def _launch(dotlist: list[str], *, name: str, out: str | None, base: str, record
         return 3
     print(f"\nAgent Lightning's trainer can run here: running {script} (the key comes from $AGL_KEY)")
     return subprocess.call([sys.executable, str(script)])
+
+
+COMMAND = Subcommand(
+    name="launch",
+    help="export the experiment for Agent Lightning and run it there if possible",
+    base="agl",
+    add_arguments=add_launch_arguments,
+    run=run_launch_command,
+)

@@ -16,7 +16,7 @@ each). Sources:
 summed over steps, every other column the mean over steps of the per-step value: :func:`agl_lab.lab.run_diagnostics.
 run_table`), with ``attrs["influence"]`` (the influence by rows-per-rollout class; a lab run's: its own mode's) and
 ``attrs["steps"]``. Tables from rows also carry ``missing``: what the source lacks for a mode's numbers (token
-counts in verl's dump), never guessed. ``agl-lab weighting PATH`` prints and draws it (:mod:`agl_lab.cli_weighting`).
+counts in verl's dump), never guessed. ``agl-lab weighting PATH`` prints and draws it (:mod:`agl_lab.cli.weighting`).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from agl_lab.config.diagnostics_settings import DiagnosticsSettings, base_settings
 from agl_lab.config.modes import weighing_mode
+from agl_lab.files.run_readers import iter_run_steps
 from agl_lab.lab.row_diagnostics import INFLUENCE_COLUMNS, MODE_COLUMNS, PREFIX, check_modes
 from agl_lab.lab.run_diagnostics import STEP_COLUMNS, RunDiagnostics, diagnose_steps
-from agl_lab.lab.run_readers import iter_run_steps
 
 __all__ = ["BATCH_BASE", "diagnose_run", "is_lab_run", "weighting_diagnostics"]
 
@@ -54,7 +54,7 @@ def weighting_diagnostics(
 ) -> pd.DataFrame:
     """One line per mode (default: the whole catalogue), or per step and mode with ``by_step`` (module docstring).
 
-    ``steps``: which steps of a run (``"1-100"``, a list, a pair: :func:`agl_lab.lab.run_readers.parse_steps`);
+    ``steps``: which steps of a run (``"1-100"``, a list, a pair: :func:`agl_lab.files.run_readers.parse_steps`);
     ``cfg``: the composed config to measure with (default: base ``short-run``); ``trusted``: unpickle a verl dump;
     ``trajectory_column``/``group_column``: which field of a verl dump holds a row's trajectory or group. An empty
     or unknown ``modes`` is a ValueError naming it; a path that is none of the sources a :class:`BatchFileError`
@@ -133,7 +133,7 @@ def _batch(batch: Any, *, modes: list[str], by_step: bool, cfg: DictConfig | Non
 def _lab_run(path: Path, *, modes: list[str], steps: Any) -> RunDiagnostics:
     """The steps of an agl_lab run from its logged ``lab/diagnostics/*``, as :data:`STEP_COLUMNS`."""
     from agl_lab.curves.history import read_run_dir
-    from agl_lab.lab.run_readers import parse_steps
+    from agl_lab.files.run_readers import parse_steps
 
     history = read_run_dir(path)
     doubled = history[history.duplicated(["step", "metric"], keep=False)]

@@ -37,9 +37,9 @@ from omegaconf import DictConfig, OmegaConf
 from agl_lab.config.dotlist import hydra_value
 from agl_lab.config.secrets import redact, redact_argv
 from agl_lab.config.tree import leaves
-from agl_lab.curves.atomic_files import write_whole
 from agl_lab.curves.history import COLUMNS, read_run_dir
-from agl_lab.curves.jsonl import DamagedFileWarning, read_jsonl, read_text_file
+from agl_lab.files.atomic_files import write_whole
+from agl_lab.files.jsonl import DamagedFileWarning, read_jsonl, read_text_file
 
 __all__ = ["CELL_FILE", "Cell", "CellRerunWarning", "SweepChangedError", "cell_status", "collect", "config_sha256"]
 __all__ += ["MissingPolicyWarning", "container_sha256", "policy_problem", "warn_without_policy"]
@@ -159,7 +159,7 @@ def warn_without_policy(cells: list[Cell]) -> None:
 def write_status(
     cell: Cell, status: str, *, error: str | None = None, wall_s: float | None = None, node: dict | None = None
 ) -> None:
-    """Replace the cell's record whole (:mod:`agl_lab.curves.atomic_files`): a full disk leaves the old record and no
+    """Replace the cell's record whole (:mod:`agl_lab.files.atomic_files`): a full disk leaves the old record and no
     temporary file, and its error names ``cell.json``. ``node``: where it ran (``node_id``: Ray's, ``host``)."""
     record = {**asdict(cell), "dotlist": redact_argv(list(cell.dotlist))}
     record.update(status=status, error=error, wall_s=wall_s)

@@ -4,14 +4,14 @@ A single short run is noise; a curve is reproduced by running each setting over 
 cell is a short run (``agl_lab.short_run_config``: Agent Lightning's defaults, the short-run sizes, your ``overrides``
 and ``dotlist``, then the setting's own dotlist) in its own run directory, ``<sweep_dir>/<setting>/seed-<seed>/``, with
 a ``cell.json`` recording its setting, seed, dotlist, status (``running``, ``done``, ``failed`` with the error,
-``interrupted`` by a stop) and the hash of the resolved config it ran (:mod:`agl_lab.training.sweep_cells`). Running the
+``interrupted`` by a stop) and the hash of the resolved config it ran (:mod:`agl_lab.studies.sweep_cells`). Running the
 same sweep again skips the cells done with the same config, reruns the unfinished ones (failed, interrupted, damaged:
 metrics that do not read, a policy that does not load; warned about per cell) and trains new seeds or settings beside
 them; finished cells whose config changed are never replaced: the sweep is refused before anything runs, naming what
-changed (:func:`~agl_lab.training.sweep_cells.refuse_changed`, exit 4). A failing or damaged cell never loses the
+changed (:func:`~agl_lab.studies.sweep_cells.refuse_changed`, exit 4). A failing or damaged cell never loses the
 others. The result is one long-form table (``history.COLUMNS``) over all finished cells.
 
-Every cell is planned and every setting checked before the first cell trains (:mod:`agl_lab.training.sweep_plan`). A
+Every cell is planned and every setting checked before the first cell trains (:mod:`agl_lab.studies.sweep_plan`). A
 sweep holds its directory while it runs (:func:`agl_lab.training.locks.directory_lock`): a second sweep into it is
 refused, never mixed in. Ctrl-C, SIGTERM or SIGHUP stops it, serial or on Ray, keeping the finished cells
 (:mod:`agl_lab.training.process_state`): on Ray the running cells are cancelled, each stopping like Ctrl-C in its
@@ -19,7 +19,7 @@ worker (its steps and policy kept), and the Ray instance the sweep started is sh
 
 A cell trains with ``lab.cpu_threads`` torch threads (1 by default) whichever executor runs it, so Ray and
 serial sweeps give the same numbers for the same seeds. Ray workers register ``per_rollout_mean`` through
-``agl_lab.ray_runtime_env``. A sweep uses a Ray already running (:func:`agl_lab.training.ray_start.start_ray` starts
+``agl_lab.ray_runtime_env``. A sweep uses a Ray already running (:func:`agl_lab.studies.ray_start.start_ray` starts
 it early, with warm workers) and leaves it running; one it starts itself it shuts down at its end.
 Notebook: ``notebooks/04_reproduce_curves.ipynb``.
 """
@@ -41,9 +41,7 @@ from agl_lab.config.arguments import string_list
 from agl_lab.config.compose import short_run_config
 from agl_lab.config.lab_config import lab_field_rule
 from agl_lab.config.secrets import mask_secrets, secret_values
-from agl_lab.training.locks import directory_lock
-from agl_lab.training.process_state import deferred_signals, stop_exception, stop_signals, stopped_by
-from agl_lab.training.sweep_cells import (
+from agl_lab.studies.sweep_cells import (
     Cell,
     cell_status,
     collect,
@@ -52,8 +50,10 @@ from agl_lab.training.sweep_cells import (
     warn_without_policy,
     write_status,
 )
-from agl_lab.training.sweep_plan import plan_sweep
-from agl_lab.training.sweep_ray import node_record, run_on_ray, shared_ray
+from agl_lab.studies.sweep_plan import plan_sweep
+from agl_lab.studies.sweep_ray import node_record, run_on_ray, shared_ray
+from agl_lab.training.locks import directory_lock
+from agl_lab.training.process_state import deferred_signals, stop_exception, stop_signals, stopped_by
 from agl_lab.training.trainer import train
 
 __all__ = ["Cell", "SweepResult", "plan_sweep", "run_cell", "run_cells", "run_sweep", "shared_ray", "wandb_mode_items"]
@@ -91,7 +91,7 @@ def run_sweep(
     ``executor="ray"`` uses a running Ray instance, the cluster at ``address`` (``HOST:PORT`` of its head), or starts
     a local one with ``num_cpus`` (default: the machine's cores); ``"serial"`` runs the cells here, one after another.
     On Ray each cell's files come back to ``sweep_dir`` through Ray, its policy only with ``fetch_policies``
-    (:mod:`agl_lab.training.sweep_ray`).
+    (:mod:`agl_lab.studies.sweep_ray`).
     ``wandb_mode`` (``online``, ``offline``, ``disabled``): every cell's ``lab.wandb_mode``, so the cells' W&B runs
     go where you say without touching ``WANDB_MODE`` in your environment (None: each cell's default, ``auto``).
     """

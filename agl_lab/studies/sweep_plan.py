@@ -1,6 +1,6 @@
 """A sweep's plan: every cell of settings × seeds, each config composed and checked before the first cell trains.
 
-:func:`plan_sweep` turns the settings (name → dotlist items) and seeds into :class:`~agl_lab.training.sweep_cells.Cell`
+:func:`plan_sweep` turns the settings (name → dotlist items) and seeds into :class:`~agl_lab.studies.sweep_cells.Cell`
 records and refuses, before anything is created, every sweep that would train something other than what was asked:
 
 * a config any stage would refuse: every setting's config goes through :func:`~agl_lab.training.preflight.
@@ -42,8 +42,8 @@ from agl_lab.config.feasibility import estimate_step
 from agl_lab.config.grid import MAX_SWEEP_CELLS, too_many_cells
 from agl_lab.config.secrets import is_secret_key, redact, redact_argv
 from agl_lab.config.tree import leaves
+from agl_lab.studies.sweep_cells import Cell, config_sha256, container_sha256
 from agl_lab.training.preflight import check_trainable
-from agl_lab.training.sweep_cells import Cell, config_sha256, container_sha256
 
 __all__ = ["SWEEP_OWNED_KEYS", "plan_sweep"]
 

@@ -83,7 +83,7 @@ def load_batch(path: str | os.PathLike, *, trusted: bool = False) -> DataProto:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(
-            f"no batch at {path}: expected a directory written by agl_lab.lab.batch_io.save_batch "
+            f"no batch at {path}: expected a directory written by agl_lab.files.batch_io.save_batch "
             f"({TENSORS_FILE} + {META_FILE}) or, with trusted=True, a pickle from verl's DataProto.save_to_disk"
         )
     if path.is_file() and path.name in (TENSORS_FILE, META_FILE):
@@ -95,7 +95,7 @@ def load_batch(path: str | os.PathLike, *, trusted: bool = False) -> DataProto:
     if head.startswith(b"PK\x03\x04"):
         raise BatchFileError(
             f"{path} is a zip archive (torch.save or numpy .npz), not a batch: save a DataProto with "
-            f"agl_lab.lab.batch_io.save_batch, or dump it with verl's DataProto.save_to_disk"
+            f"agl_lab.files.batch_io.save_batch, or dump it with verl's DataProto.save_to_disk"
         )
     looks_pickled = len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
     if not trusted:
@@ -103,7 +103,7 @@ def load_batch(path: str | os.PathLike, *, trusted: bool = False) -> DataProto:
         raise BatchFileError(
             f"{path} is {kind}. Unpickling a file runs code chosen by whoever made it, so agl_lab loads "
             f"pickles only when you say you trust the file: load_batch(path, trusted=True). To share a batch, "
-            f"convert it once with agl_lab.lab.batch_io.save_batch(batch, 'dir/'): tensors in safetensors, the rest "
+            f"convert it once with agl_lab.files.batch_io.save_batch(batch, 'dir/'): tensors in safetensors, the rest "
             f"in JSON, safe to open from anyone."
         )
     return _load_pickle(path)
@@ -140,7 +140,7 @@ def read_batch_header(path: str | os.PathLike, *, stacklevel: int = 2) -> dict[s
     if absent:
         raise BatchFileError(
             f"{path} is not an agl_lab batch: it lacks {' and '.join(absent)} "
-            f"(a batch saved by agl_lab.lab.batch_io.save_batch has {TENSORS_FILE} and {META_FILE})"
+            f"(a batch saved by agl_lab.files.batch_io.save_batch has {TENSORS_FILE} and {META_FILE})"
         )
     try:
         header = json.loads(meta_path.read_text())
@@ -192,7 +192,7 @@ def _verify_checksums(path: Path, header: dict[str, Any], tensors_path: Path, *,
     if sums is None and header["version"] < 2:
         warnings.warn(
             f"{path} has no checksums (saved before agl_lab's batch format 2), so a damaged byte would go unnoticed: "
-            "save it again with agl_lab.lab.batch_io.save_batch",
+            "save it again with agl_lab.files.batch_io.save_batch",
             stacklevel=stacklevel,
         )
         return

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import argparse
 
-from agl_lab.cli_help import SUBCOMMAND_BASES, print_base, print_settings_and_findings
+from agl_lab.cli.commands import Subcommand
+from agl_lab.cli.help import print_base, print_settings_and_findings
 from agl_lab.exit_codes import TrainedNothingError, stopped
 
-__all__ = ["add_train_parser", "run_train_command"]
+__all__ = ["COMMAND", "add_train_arguments", "run_train_command"]
 
 
-def add_train_parser(commands: argparse._SubParsersAction) -> None:
-    """Register ``train`` among the ``agl-lab`` subcommands."""
-    train = commands.add_parser("train", help="a short training run; prints its run directory last")
+def add_train_arguments(train: argparse.ArgumentParser) -> None:
+    """``train``'s arguments."""
     train.add_argument("dotlist", nargs="*", help="Hydra overrides, e.g. lab.seed=1 trainer.total_training_steps=20")
     train.add_argument("--show-config", action="store_true", help="print the resolved config (secrets as ***)")
-    train.set_defaults(run=run_train_command)
 
 
 def run_train_command(args: argparse.Namespace) -> int:
@@ -34,11 +33,11 @@ def _train(dotlist: list[str], *, show_config: bool) -> int:
     from agl_lab.training.runs import TRAINED_NOTHING, resolved_config_yaml
     from agl_lab.training.trainer import train
 
-    cfg = compose_from(SUBCOMMAND_BASES["train"], dotlist=dotlist)
+    cfg = compose_from(COMMAND.base, dotlist=dotlist)
     if show_config:
         print(resolved_config_yaml(cfg))
-    print_base(SUBCOMMAND_BASES["train"])
-    if not print_settings_and_findings(cfg, trainer=BASES[SUBCOMMAND_BASES["train"]].trainer):
+    print_base(COMMAND.base)
+    if not print_settings_and_findings(cfg, trainer=BASES[COMMAND.base].trainer):
         return 1
     result = train(cfg, composed=True)  # compose_from checked its keys, types and interpolations
     history = result.history
@@ -60,3 +59,12 @@ def _train(dotlist: list[str], *, show_config: bool) -> int:
             "actor_rollout_ref.actor.ppo_mini_batch_size or raise data.train_batch_size / the length limits"
         )
     return 0
+
+
+COMMAND = Subcommand(
+    name="train",
+    help="a short training run; prints its run directory last",
+    base="short-run",
+    add_arguments=add_train_arguments,
+    run=run_train_command,
+)
