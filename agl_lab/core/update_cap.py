@@ -37,17 +37,23 @@ from agl_lab.core.rows import require_matrix
 
 __all__ = [
     "DROP_UNITS",
+    "PARTIALLY_DROPPED_ROLLOUTS",
     "CapPlan",
     "EmptyBatchWarning",
     "apply_update_cap",
     "drop_marked_rows",
     "marked_rows_kept",
     "partially_dropped",
+    "partially_dropped_count",
     "plan_update_cap",
     "same_reward_rows",
     "take_rows",
+    "warn_no_trainable_batch",
 ]
 
+
+# The lab's metric of rollouts trained in part (some rows kept, some dropped as marked or by the cap).
+PARTIALLY_DROPPED_ROLLOUTS = "lab/partially_dropped_rollouts"
 
 # What the cap drops: single rows (Agent Lightning) or whole rollouts (lab.cap_drop_unit=rollout, lab-only).
 DROP_UNITS = ("row", "rollout")
@@ -55,6 +61,16 @@ DROP_UNITS = ("row", "rollout")
 
 class EmptyBatchWarning(UserWarning):
     """Nothing is left to train on after the drops; the step should be skipped."""
+
+
+def warn_no_trainable_batch(n_rows: int, mini_batch_size: int, *, stacklevel: int = 2) -> None:
+    """Agent Lightning's warning for a step the drops empty (its text, with the counts); every caller warns here."""
+    warnings.warn(
+        f"no trainable batch after drop+floor ({n_rows} rows < one mini-batch of {mini_batch_size} rows); "
+        "skipping this training step",
+        EmptyBatchWarning,
+        stacklevel=stacklevel + 1,
+    )
 
 
 def drop_marked_rows(batch: DataProto) -> tuple[DataProto, dict[str, int]]:
@@ -120,12 +136,7 @@ def apply_update_cap(
     if len(plan.kept) < len(batch):
         batch = take_rows(batch, plan.kept)
     if len(batch) == 0:
-        warnings.warn(
-            f"no trainable batch after drop+floor ({len(plan.dropped_random) + len(plan.dropped_same_reward)} rows "
-            f"< one mini-batch of {mini_batch_size} rows); skipping this training step",
-            EmptyBatchWarning,
-            stacklevel=2,
-        )
+        warn_no_trainable_batch(len(plan.dropped_random) + len(plan.dropped_same_reward), mini_batch_size)
     return batch, plan.metrics
 
 
@@ -188,8 +199,22 @@ def partially_dropped(rows: DataProto, kept: DataProto) -> dict[str, int]:
     everyone = group_rows(non_tensor_ids(rows, "rollout_id_list"), field="rollout_id_list")
     lookup = pd.Index(everyone.ids)
     codes = lookup.get_indexer(non_tensor_ids(kept, "rollout_id_list"))  # (kept,) its rollout among rows'
-    some = np.bincount(codes, minlength=everyone.n_groups)  # (rollouts,) rows kept
-    return {"lab/partially_dropped_rollouts": int(((some > 0) & (some < everyone.sizes)).sum())}
+    return {PARTIALLY_DROPPED_ROLLOUTS: _partial(everyone.sizes, codes)}
+
+
+def partially_dropped_count(rows: DataProto, kept: np.ndarray) -> int | None:
+    """How many rollouts of ``rows`` keep some but not all of their rows, ``kept`` being (kept,) indices into
+    ``rows``; None without ``rollout_id_list``. The pipeline's :class:`~agl_lab.core.pipeline.Selection` counts here."""
+    if "rollout_id_list" not in rows.non_tensor_batch:
+        return None
+    rollouts = group_rows(non_tensor_ids(rows, "rollout_id_list"), field="rollout_id_list")
+    return _partial(rollouts.sizes, rollouts.codes[kept])
+
+
+def _partial(sizes: np.ndarray, kept_codes: np.ndarray) -> int:
+    """Rollouts (of ``sizes`` rows each) with some but not all rows among ``kept_codes`` (each kept row's rollout)."""
+    some = np.bincount(kept_codes, minlength=len(sizes))  # (rollouts,) rows kept
+    return int(((some > 0) & (some < sizes)).sum())
 
 
 def _whole_rollouts(
@@ -221,7 +246,7 @@ def _whole_rollouts(
         warnings.warn(
             f"lab.cap_drop_unit=rollout: rollout {str(rollouts.ids[last])!r} has {len(members)} rows, more than the "
             f"{n_kept} this step may train; {n_kept} of its rows are trained (it counts in "
-            "lab/partially_dropped_rollouts) rather than skipping the step",
+            f"{PARTIALLY_DROPPED_ROLLOUTS}) rather than skipping the step",
             stacklevel=4,
         )
         rows = np.setdiff1d(rows, spared, assume_unique=True)

@@ -5,8 +5,8 @@ Each step (AGL_FACTS.md §Trainer step order):
 1. sample ``data.train_batch_size`` task items × ``rollout.n`` rollouts with the current policy
    (:mod:`agl_lab.training.rollout`), then trace aggregation into rows (:func:`agl_lab.core.aggregation.aggregate`,
    ``agentlightning.trace_aggregator.*``) — Agent Lightning's adapter metrics;
-2. :func:`agl_lab.select_rows`: marked rows out, mini-batch alignment, ``max_ppo_update_times`` — the drop
-   counters and ``lab/partially_dropped_rollouts``; a step with nothing left is skipped with a warning;
+2. :func:`agl_lab.core.pipeline.plan_selection`: marked rows out, mini-batch alignment, ``max_ppo_update_times`` —
+   the drop counters and ``lab/partially_dropped_rollouts``; a step with nothing left is skipped with a warning;
 3. old log-probs (``actor/entropy``) and, for a KL term, reference log-probs of the initial policy;
 4. :func:`agl_lab.compute_advantages`: rewards, rollout-level or verl advantage, ``per_rollout_mean``
    normalization — verl's data metrics, ``training/rollout_level_advantage/*`` and, on the advantages before the
@@ -42,9 +42,8 @@ from tqdm.auto import tqdm
 from verl.trainer.ppo.core_algos import agg_loss, get_kl_controller
 
 from agl_lab.core.aggregation import aggregate, aggregation_limits
-from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, normalize_for_loss, select_rows
+from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, normalize_for_loss, plan_selection
 from agl_lab.core.turn_rewards import placement_for
-from agl_lab.core.update_cap import partially_dropped
 from agl_lab.lab.diagnostics import step_diagnostics
 from agl_lab.lab.loss_scale import loss_scale
 from agl_lab.lab.rollout_mass import multi_row_mass
@@ -223,10 +222,10 @@ class _Run:
         with _timed(timing, "aggregate"):
             rows, adapter_metrics = aggregate(rollouts, **self.limits, pad_token_id=self.policy.pad_token_id)
         with _timed(timing, "drop"):
-            batch, drop_metrics = select_rows(rows, cfg, seed=self._seed(4, step))
-            drop_metrics.update(partially_dropped(rows, batch))  # rollouts trained in part (lab.cap_drop_unit)
-        metrics = {**task_metrics, **adapter_metrics, **drop_metrics}
-        if len(batch) == 0:  # select_rows warned (EmptyBatchWarning): Agent Lightning skips the step
+            selection = plan_selection(rows, cfg, seed=self._seed(4, step))
+            batch = selection.batch  # with the rollouts it trains in part (lab.cap_drop_unit), counted once there
+        metrics = {**task_metrics, **adapter_metrics, **selection.metrics, **selection.partial_metrics}
+        if len(batch) == 0:  # plan_selection warned (EmptyBatchWarning): Agent Lightning skips the step
             return metrics, 0
 
         with _timed(timing, "old_log_prob"):
