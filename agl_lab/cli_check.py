@@ -22,6 +22,7 @@ from agl_lab.cli_help import (
     print_settings,
 )
 from agl_lab.config.compose import BASES
+from agl_lab.core.keys import MAX_PPO_UPDATE_TIMES
 
 __all__ = ["add_check_parser", "run_check_command"]
 
@@ -31,7 +32,7 @@ _LISTED_ROWS = 24  # check lists the rows after steps 1–5 up to this many
 def add_check_parser(commands: argparse._SubParsersAction) -> None:
     """Register ``check`` among the ``agl-lab`` subcommands."""
     check = commands.add_parser("check", help="resolve the three settings, run the doctor and the example batch")
-    check.add_argument("dotlist", nargs="*", help="Hydra overrides, e.g. agentlightning.max_ppo_update_times=2")
+    check.add_argument("dotlist", nargs="*", help=f"Hydra overrides, e.g. {MAX_PPO_UPDATE_TIMES}=2")
     check.add_argument("--show-config", action="store_true", help="print the whole composed config (secrets as ***)")
     check.add_argument(
         "--base", choices=tuple(BASES), default=SUBCOMMAND_BASES["check"], help="compose from this base (agl: what "

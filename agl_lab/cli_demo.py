@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from agl_lab.cli_help import SUBCOMMAND_BASES, print_base
+from agl_lab.core.keys import SEED
 from agl_lab.exit_codes import stopped
 
 __all__ = ["add_demo_parser", "run_demo_command"]
@@ -18,7 +19,7 @@ __all__ = ["add_demo_parser", "run_demo_command"]
 def add_demo_parser(commands: argparse._SubParsersAction) -> None:
     """Register ``demo`` among the ``agl-lab`` subcommands."""
     demo = commands.add_parser("demo", help="train the settings that matter side by side; write figures and a table")
-    demo.add_argument("dotlist", nargs="*", help="Hydra overrides for every run, e.g. lab.seed=1")
+    demo.add_argument("dotlist", nargs="*", help=f"Hydra overrides for every run, e.g. {SEED}=1")
     demo.add_argument("--out", default=None, help="output folder (default: a fresh runs/demo-<time>/)")
     demo.set_defaults(run=run_demo_command)
 

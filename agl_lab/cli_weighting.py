@@ -20,6 +20,7 @@ import numbers
 import os
 
 from agl_lab.cli_help import SUBCOMMAND_BASES, print_base
+from agl_lab.core.keys import ESTIMATOR
 
 __all__ = ["add_weighting_parser", "run_weighting_command"]
 
@@ -41,9 +42,7 @@ def add_weighting_parser(commands: argparse._SubParsersAction) -> None:
         epilog="example: agl-lab weighting data/verl_rollout_dump --steps 1-4 --out weighting/",
     )
     weighting.add_argument("path", help="a run (verl rollout_data_dir, step tables, an agl_lab run) or a batch")
-    weighting.add_argument(
-        "dotlist", nargs="*", help="key=value for how rows are measured (e.g. algorithm.adv_estimator=rloo)"
-    )
+    weighting.add_argument("dotlist", nargs="*", help=f"key=value for how rows are measured (e.g. {ESTIMATOR}=rloo)")
     weighting.add_argument("--modes", nargs="+", default=None, help="loss modes (default: every catalogue mode)")
     weighting.add_argument("--steps", default=None, help="which steps of a run: 1-100, 5, 1,3,8-10 (default: all)")
     weighting.add_argument("--out", default=None, help="write weighting_steps.csv, the run's tables and figures here")

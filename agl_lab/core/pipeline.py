@@ -31,15 +31,16 @@ from verl.trainer.ppo.metric_utils import compute_data_metrics
 from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage, compute_response_mask
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 
+from agl_lab.core import metric_names
 from agl_lab.core.advantage import compute_rollout_level_advantage
 from agl_lab.core.groups import as_arrays, group_rows
+from agl_lab.core.keys import USE_KL_IN_REWARD
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, normalize_advantages_by_rollout
 from agl_lab.core.row_weights import LOSS_WEIGHT, ROW_WEIGHTED_LOSS_MODES, weighted_advantages
 from agl_lab.core.rows import require_finite_rows, require_matrix
 from agl_lab.core.turn_advantage import compute_turn_level_advantage, rollout_level_problem
 from agl_lab.core.turn_estimators import is_turn_estimator
 from agl_lab.core.update_cap import (
-    PARTIALLY_DROPPED_ROLLOUTS,
     marked_rows_kept,
     partially_dropped_count,
     plan_update_cap,
@@ -80,7 +81,8 @@ class Selection:
     @property
     def partial_metrics(self) -> dict[str, int]:
         """``lab/partially_dropped_rollouts`` (a lab metric beside Agent Lightning's); nothing without rollout ids."""
-        return {} if self.partially_dropped is None else {PARTIALLY_DROPPED_ROLLOUTS: self.partially_dropped}
+        partial = self.partially_dropped
+        return {} if partial is None else {metric_names.PARTIALLY_DROPPED_ROLLOUTS: partial}
 
 
 FATES = ("kept", "dropped/marked", "dropped/same_reward", "dropped/random")
@@ -157,7 +159,7 @@ def compute_advantages(
     calls :func:`normalize_for_loss`)."""
     batch, metrics = rewards_and_advantages(batch, cfg, kl_ctrl=kl_ctrl)
     metrics.update(_group_metrics(batch))
-    metrics["critic/n_transition_after_dropping"] = len(batch)
+    metrics[metric_names.CRITIC_N_TRANSITION_AFTER_DROPPING] = len(batch)
     metrics.update(compute_data_metrics(batch=batch, use_critic=False))
     if normalize:
         normalize_for_loss(batch, cfg)
@@ -181,9 +183,7 @@ def rewards_and_advantages(
     if algorithm.use_kl_in_reward:
         for key in ("old_log_probs", "ref_log_prob"):
             if key not in batch.batch.keys():
-                raise ValueError(
-                    f"algorithm.use_kl_in_reward needs batch[{key!r}]: compute log-probs first or set it to false"
-                )
+                raise ValueError(f"{USE_KL_IN_REWARD} needs batch[{key!r}]: compute log-probs first or set it to false")
         kl_ctrl = kl_ctrl if kl_ctrl is not None else core_algos.get_kl_controller(algorithm.kl_ctrl)
         batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=kl_ctrl, kl_penalty=algorithm.kl_penalty)
         metrics.update(kl_metrics)
@@ -287,7 +287,7 @@ def _group_metrics(batch: DataProto) -> dict[str, int]:
     codes = torch.from_numpy(groups.codes)  # (rows,)
     high = torch.full((groups.n_groups,), -torch.inf).scatter_reduce(0, codes, scores, "amax")  # (groups,)
     low = torch.full((groups.n_groups,), torch.inf).scatter_reduce(0, codes, scores, "amin")  # (groups,)
-    return {"training/n_groups": groups.n_groups, "training/n_zero_adv_groups": int((high - low == 0).sum())}
+    return {metric_names.N_GROUPS: groups.n_groups, metric_names.N_ZERO_ADV_GROUPS: int((high - low == 0).sum())}
 
 
 def _shallow_copy(rows: DataProto) -> DataProto:

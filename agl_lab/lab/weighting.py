@@ -31,6 +31,7 @@ from verl.trainer.ppo.ray_trainer import compute_response_mask
 from agl_lab.config.modes import LOSS_MODES
 from agl_lab.core import weights as core_weights
 from agl_lab.core.groups import group_rows
+from agl_lab.core.keys import USE_KL_IN_REWARD
 from agl_lab.core.pipeline import plan_selection, rewards_and_advantages
 from agl_lab.core.rows import require_fields
 from agl_lab.core.turn_estimators import is_turn_estimator
@@ -73,7 +74,7 @@ def analyze_weighting(
     if cfg.algorithm.get("use_kl_in_reward", False):
         raise ValueError(
             "the weighting analysis computes advantages without a KL penalty in the reward (it has no log-probs): "
-            "set algorithm.use_kl_in_reward=false (Agent Lightning's examples do)"
+            f"set {USE_KL_IN_REWARD}=false (Agent Lightning's examples do)"
         )
     if rollout_levels is None:
         rollout_levels = (False,) if is_turn_estimator(cfg.algorithm.adv_estimator) else (True, False)

@@ -13,15 +13,12 @@ Each step (AGL_FACTS.md §Trainer step order):
    loss's normalization, the weighting diagnostics ``lab/diagnostics/*`` (:mod:`agl_lab.lab.diagnostics`);
 5. the PPO update with the policy loss from verl's registry — ``actor/*``.
 
-Steps 3 and 5 run on the backend ``lab.actor`` names: ``lab`` = agl_lab's own update loop on the lab's policy
-(:class:`agl_lab.training.actor.LabActor`, the default: faster at lab sizes), ``verl`` = verl's own actor engine in
-this process (:class:`agl_lab.training.verl_actor.VerlActor`), whose weights are copied back into the lab's policy
-after each update. The policy samples either way; reference log-probs come from a frozen copy of the initial policy.
-
-It reads the keys the real trainer reads (``data.*``, ``actor_rollout_ref.*``, ``algorithm.*``,
-``agentlightning.*``, ``trainer.total_training_steps``/``logger``/``project_name``/``experiment_name``) plus
-``lab:``. :func:`agl_lab.short_run_config` composes a config sized for a laptop (``conf/short_run.yaml``).
-Notebook: ``notebooks/03_short_training_runs.ipynb``.
+Steps 3 and 5 run on the backend ``lab.actor`` names: ``lab`` = agl_lab's own update loop (the default, faster at
+lab sizes: :class:`agl_lab.training.actor.LabActor`), ``verl`` = verl's actor engine in this process, its weights
+copied back after each update (:class:`agl_lab.training.verl_actor.VerlActor`). Reference log-probs come from a
+frozen copy of the initial policy. It reads the real trainer's keys (``data.*``, ``actor_rollout_ref.*``,
+``algorithm.*``, ``agentlightning.*``, ``trainer.*``) plus ``lab:``; :func:`agl_lab.short_run_config` sizes one for a
+laptop. Notebook: ``notebooks/03_short_training_runs.ipynb``.
 """
 
 from __future__ import annotations
@@ -41,6 +38,7 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 from verl.trainer.ppo.core_algos import agg_loss, get_kl_controller
 
+from agl_lab.core import metric_names
 from agl_lab.core.aggregation import aggregate, aggregation_limits
 from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, normalize_for_loss, plan_selection
 from agl_lab.core.turn_rewards import placement_for
@@ -139,7 +137,8 @@ def _train(
                     history.append({"step": step, **metrics})
                     timings.append({"step": step, **timing})
                 bar.update()
-                bar.set_postfix(success=metrics["lab/success_rate"], rows=metrics["training/n_sample"], refresh=False)
+                success, rows = metrics[metric_names.SUCCESS_RATE], metrics[metric_names.N_SAMPLE]
+                bar.set_postfix(success=success, rows=rows, refresh=False)
                 if on_step is not None:
                     on_step(history[-1])
             finished = not stopped
@@ -173,7 +172,7 @@ def _train(
 def trained_any(history: list[dict[str, Any]]) -> bool:
     """Whether any step of ``history`` (metrics.jsonl's records) trained rows: a step with no rows left after the
     drops is skipped, and a run whose every step was skipped trained nothing."""
-    return any(record.get("training/n_sample_trained", 0) > 0 for record in history)
+    return any(record.get(metric_names.N_SAMPLE_TRAINED, 0) > 0 for record in history)
 
 
 class _Run:
@@ -232,29 +231,25 @@ class _Run:
             old_log_probs, entropy = self.backend.compute_log_probs(batch, temperature=temperature, with_entropy=True)
             batch.batch["old_log_probs"] = old_log_probs  # (rows, R)
             entropy_agg = agg_loss(entropy, batch.batch["response_mask"].bool(), self.actor.loss_agg_mode)
-            metrics["actor/entropy"] = entropy_agg.item()
+            metrics[metric_names.ACTOR_ENTROPY] = entropy_agg.item()
         if self.ref_policy is not None:
             with _timed(timing, "ref"):
                 batch.batch["ref_log_prob"], _ = compute_log_probs(
-                    self.ref_policy,
-                    batch,
-                    micro_batch_size=self.log_prob_micro,
-                    temperature=temperature,
+                    self.ref_policy, batch, micro_batch_size=self.log_prob_micro, temperature=temperature,
                     with_entropy=False,
-                )
+                )  # fmt: skip
         with _timed(timing, "adv"):
             batch, adv_metrics = compute_advantages(batch, cfg, kl_ctrl=self.kl_ctrl, normalize=False)
             adv_metrics.update(step_diagnostics(batch, cfg))  # verl PR #7580's table, every mode, as estimated
             normalize_for_loss(batch, cfg)
-            adv_metrics["lab/loss_scale"] = loss_scale(batch, cfg)
+            adv_metrics[metric_names.LOSS_SCALE] = loss_scale(batch, cfg)
             adv_metrics.update(multi_row_mass(batch, cfg))  # multi-row rollouts' share of the mass vs of rollouts
             # the same on one update's scale: token-mean gives each mini-batch 1, per_rollout_mean shares its total
-            adv_metrics["lab/loss_scale_per_mini_batch"] = adv_metrics["lab/loss_scale"] / (
-                -(-len(batch) // self.mini_batch_rows)  # ceil: whole-rollout drops may leave the last short
-            )
+            updates = -(-len(batch) // self.mini_batch_rows)  # ceil: whole-rollout drops may leave the last short
+            adv_metrics[metric_names.LOSS_SCALE_PER_MINI_BATCH] = adv_metrics[metric_names.LOSS_SCALE] / updates
         with _timed(timing, "update_actor"):
             actor_metrics = self.backend.update(batch, temperature=temperature, step=step)
-        actor_metrics["lab/ppo_updates"] = -(-len(batch) // self.mini_batch_rows) * int(self.actor.ppo_epochs)
+        actor_metrics[metric_names.PPO_UPDATES] = -(-len(batch) // self.mini_batch_rows) * int(self.actor.ppo_epochs)
         return {**metrics, **adv_metrics, **actor_metrics}, int(batch.batch["attention_mask"].sum())
 
     def _seed(self, stream: int, step: int) -> int:
