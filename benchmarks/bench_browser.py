@@ -233,11 +233,12 @@ def click_changes(name: str, target: Locator, repeats: int) -> list[Change]:
 
 def weighting_panel(page: Page, cell: Locator, repeats: int) -> list[Change]:
     """Notebook 01's live panel: the settings, the batch sizes and ranks, the seed, the generator's knobs."""
-    from agl_lab.config.settings import CAP, SETTINGS
+    from agl_lab.config.settings import NORMALIZATION, SETTINGS
+    from agl_lab.core.keys import MAX_PPO_UPDATE_TIMES
 
     changes = click_changes("rollout-level advantage", cell.locator(".widget-checkbox input").first, repeats)
-    changes += select_changes("loss mode", labelled(cell, "loss mode"), "verl seq-mean-token-mean", repeats)
-    changes += slider_changes("max_ppo_update_times", labelled(cell, SETTINGS[CAP].label), repeats)
+    changes += select_changes("loss mode", labelled(cell, NORMALIZATION), "verl seq-mean-token-mean", repeats)
+    changes += slider_changes("max_ppo_update_times", labelled(cell, SETTINGS[MAX_PPO_UPDATE_TIMES].label), repeats)
     for name in ("ppo_mini_batch_size (prompts)", "ppo_micro_batch_size_per_gpu (0: whole)", "dp ranks", "seed"):
         changes += number_changes(name, labelled(cell, name), repeats)
     for knob in ("n prompts", "rollouts per prompt", "min calls", "max calls", "fail extra calls", "min tokens",
@@ -255,11 +256,12 @@ def weighting_panel(page: Page, cell: Locator, repeats: int) -> list[Change]:
 
 def config_form(page: Page, cell: Locator, repeats: int) -> list[Change]:
     """Notebook 02's form: every field recomposes the config and redraws what it resolves to."""
-    from agl_lab.config.settings import CAP, ESTIMATOR, SETTINGS
+    from agl_lab.config.settings import NORMALIZATION, SETTINGS
+    from agl_lab.core.keys import ESTIMATOR, MAX_PPO_UPDATE_TIMES
 
     changes = click_changes("rollout-level advantage", cell.locator(".widget-checkbox input").first, repeats)
-    changes += select_changes("loss mode", labelled(cell, "loss mode"), "verl token-mean", repeats)
-    changes += slider_changes("max_ppo_update_times", labelled(cell, SETTINGS[CAP].label), repeats)
+    changes += select_changes("loss mode", labelled(cell, NORMALIZATION), "verl token-mean", repeats)
+    changes += slider_changes("max_ppo_update_times", labelled(cell, SETTINGS[MAX_PPO_UPDATE_TIMES].label), repeats)
     changes += number_changes("ppo_mini_batch_size", labelled(cell, "ppo_mini_batch_size (prompts)"), repeats)
     changes += select_changes("estimator", labelled(cell, SETTINGS[ESTIMATOR].label), "rloo", repeats)
     extra = labelled(cell, "more key=value").locator("input").first

@@ -110,3 +110,34 @@ def test_no_merge_conflict_markers_are_left_in_the_tree():
         if line.startswith(("<<<<<<< ", ">>>>>>> ")) or line == "======="
     ]
     assert marked == []
+
+
+def test_every_config_key_and_metric_name_is_spelled_in_one_module():
+    # a key (agl_lab.core.keys) or a metric name (agl_lab.core.metric_names) written out as a whole string literal
+    # anywhere else is a second spelling that a rename would miss; docstrings may still name them in prose
+    from agl_lab.core import keys, metric_names
+
+    owners = {
+        value: module.__name__
+        for module in (keys, metric_names)
+        for name, value in vars(module).items()
+        if name.isupper() and isinstance(value, str) and ("." in value or "/" in value)
+    }
+    spelled = []
+    for path in MODULES:
+        if path.name in ("keys.py", "metric_names.py") and path.parent.name == "core":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        spelled += [
+            f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r} (use {owners[node.value]})"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and id(node) not in docstrings and node.value in owners
+        ]
+    assert spelled == []

@@ -17,6 +17,7 @@ from agl_lab.cli import main
 from agl_lab.cli.sweep import seed_list
 from agl_lab.config.compose import BASES
 from agl_lab.config.modes import LOSS_MODES
+from agl_lab.config.settings import NORMALIZATION
 from agl_lab.config.verl_features import VERL_FEATURES
 from agl_lab.studies.experiments import EXPERIMENTS
 from conftest import TINY_RUN, only_if
@@ -110,7 +111,7 @@ def test_check_prints_the_settings_the_doctor_and_the_metrics():
     out = result.stdout
     assert out.startswith(f"Base: example = {BASES['example'].label}\n")
     assert "rollout-level advantage    algorithm.enable_rollout_level_advantage         true" in out
-    assert "loss mode" in out and LOSS_MODES["per_rollout_mean:rows"].label in out  # the catalogue's words
+    assert NORMALIZATION in out and LOSS_MODES["per_rollout_mean:rows"].label in out  # the catalogue's words
     assert "actor_rollout_ref.actor.policy_loss.loss_mode    per_rollout_mean" in out
     assert "agentlightning.max_ppo_update_times              2" in out
     assert "Doctor: no findings" in out

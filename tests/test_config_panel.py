@@ -5,7 +5,7 @@ from agl_lab.ui.config_panel import ConfigPanel
 def test_form_values_compose_the_config_and_its_export():
     panel = ConfigPanel(EXAMPLE_OVERRIDES)
     assert panel.cfg.algorithm.enable_rollout_level_advantage is True  # Agent Lightning's default
-    panel.controls["cap"].value = 2
+    panel.controls["max_ppo_update_times"].value = 2
     panel.controls["mode"].value = "per_rollout_mean:rollouts"
     assert panel.cfg.agentlightning.max_ppo_update_times == 2
     assert panel.cfg.lab.per_rollout_divisor == "rollouts"
@@ -42,8 +42,8 @@ def test_estimator_choice_reaches_the_doctor():
 
 def test_base_dotlist_is_the_starting_point():
     panel = ConfigPanel(EXAMPLE_OVERRIDES, ["agentlightning.max_ppo_update_times=3"])
-    assert panel.controls["cap"].value == 3 and panel.cfg.agentlightning.max_ppo_update_times == 3
-    panel.controls["cap"].value = "none"
+    assert panel.controls["max_ppo_update_times"].value == 3 and panel.cfg.agentlightning.max_ppo_update_times == 3
+    panel.controls["max_ppo_update_times"].value = "none"
     assert panel.cfg.agentlightning.max_ppo_update_times is None
     assert ">null<" in panel.view.value
 

@@ -13,8 +13,8 @@ from test_cli import in_process
 
 from agl_lab.config.compose import ConfigError, compose_from
 from agl_lab.config.dotlist import format_dotlist
-from agl_lab.config.settings import CAP, ESTIMATOR, LOSS_AGG_MODE, LOSS_MODE, ROLLOUT_LEVEL
 from agl_lab.config.tree import leaves
+from agl_lab.core.keys import ESTIMATOR, LOSS_AGG_MODE, LOSS_MODE, MAX_PPO_UPDATE_TIMES, ROLLOUT_LEVEL
 from agl_lab.core.pipeline import mini_batch_rows
 
 DATA = Path(__file__).parent / "data" / "agl_examples"
@@ -66,7 +66,7 @@ def test_agl_lab_resolves_each_example_as_agent_lightnings_script_does(name):
         parent, leaf = key.rsplit(".", 1)
         del OmegaConf.select(mine_all, parent)[leaf]
     # the three settings, the loss mode and the mini-batch resolve the same ...
-    for key in (ROLLOUT_LEVEL, LOSS_MODE, CAP, LOSS_AGG_MODE, ESTIMATOR):
+    for key in (ROLLOUT_LEVEL, LOSS_MODE, MAX_PPO_UPDATE_TIMES, LOSS_AGG_MODE, ESTIMATOR):
         assert OmegaConf.select(ours, key) == OmegaConf.select(mine_all, key), key
     assert mini_batch_rows(ours) == mini_batch_rows(mine_all)
     # ... and so does every other value: their tree is agl_lab's without its lab: section

@@ -17,7 +17,7 @@ from agl_lab.config.compose import BASES, compose_from, shared_base
 from agl_lab.config.constraints import CONSTRAINTS, Constraint, constraint_problems
 from agl_lab.config.doctor import DoctorError
 from agl_lab.config.key_types import default_value
-from agl_lab.config.settings import LOSS_MODE
+from agl_lab.core.keys import LOSS_MODE
 from agl_lab.studies.sweep_plan import SWEEP_OWNED_KEYS
 from agl_lab.training.preflight import FeasibilityWarning, check_trainable
 from conftest import TINY_RUN

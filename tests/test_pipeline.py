@@ -5,6 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 from agl_lab import (
@@ -15,12 +17,12 @@ from agl_lab import (
     normalize_advantages_by_rollout,
     prepare_batch,
 )
-from agl_lab.core.pipeline import compute_advantages, select_rows
+from agl_lab.core.pipeline import compute_advantages, plan_selection, rewards_and_advantages, select_rows
 from agl_lab.core.rows import rows_frame
-from agl_lab.core.update_cap import apply_update_cap, drop_marked_rows, same_reward_rows
+from agl_lab.core.update_cap import apply_update_cap, drop_marked_rows, partially_dropped, same_reward_rows
 from agl_lab.lab.examples import EXAMPLE_OVERRIDES
 from agl_lab.lab.weighting import analyze_weighting
-from conftest import assert_unchanged, snapshot, with_rewards
+from conftest import assert_unchanged, make_rows, plans, snapshot, with_rewards
 
 
 def config(*dotlist):
@@ -238,3 +240,45 @@ def test_every_entry_point_takes_ids_of_any_sequence_type(kind):
     weighting, _ = analyze_weighting(rows(), cfg, seed=1)
     expected, _ = analyze_weighting(reference(), cfg, seed=1)
     assert weighting.rollouts["weight"].tolist() == expected.rollouts["weight"].tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    plan=plans(max_prompts=3, max_rollouts=3, max_rows=3),
+    mini=st.integers(1, 3),
+    times=st.sampled_from([None, 1, 2]),
+    unit=st.sampled_from(["row", "rollout"]),
+    seed=st.integers(0, 99),
+)
+def test_the_selection_carries_the_rollouts_trained_in_part(plan, mini, times, unit, seed):
+    # the count every reader takes from the Selection equals a recount of the kept rows against the input's rollouts
+    rows = make_rows(plan)
+    cfg = config(
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
+        f"agentlightning.max_ppo_update_times={'null' if times is None else times}",
+        f"lab.cap_drop_unit={unit}",
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        selection = plan_selection(rows, cfg, seed=seed)
+    recount = partially_dropped(rows, selection.batch)
+    assert selection.partial_metrics == recount
+    assert selection.partially_dropped == recount["lab/partially_dropped_rollouts"]
+    del rows.non_tensor_batch["rollout_id_list"]
+    if unit == "row":  # without rollout ids there is nothing to count (and the rollout unit refuses)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert plan_selection(rows, cfg, seed=seed).partial_metrics == {}
+
+
+def test_the_weighting_lab_and_the_trainer_share_steps_3_and_4():
+    # the weighting lab's per-row advantage is the pipeline's own (rewards_and_advantages), for both rollout levels
+    rows = example_rows()
+    for level in (True, False):
+        cfg = config(f"algorithm.enable_rollout_level_advantage={str(level).lower()}")
+        result, _ = analyze_weighting(rows, cfg, rollout_levels=(level,), seed=0)
+        batch, _ = select_rows(rows, cfg, seed=0)
+        batch, _ = rewards_and_advantages(batch, cfg)
+        mask = batch.batch["response_mask"].double()  # (kept, T)
+        per_row = (batch.batch["advantages"].double() * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # (kept,)
+        np.testing.assert_allclose(result.advantages[level], per_row.numpy(), rtol=1e-6, atol=1e-7)

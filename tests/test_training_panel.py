@@ -39,7 +39,7 @@ def test_training_panel_applies_its_widgets_to_the_run(training_panel):
     c = panel.controls
     c["rollout_level"].value = False
     c["mode"].value = "token-mean"
-    c["cap"].value = 1
+    c["max_ppo_update_times"].value = 1
     c["level"].value = "transition"
     c["task_size"].value, c["max_turns"].value, c["rewrite_prob"].value = 3, 2, 0.0
     c["steps"].value, c["seed"].value = 1, 9

@@ -165,7 +165,7 @@ def test_a_click_lists_the_rollouts_rows(panel):
 
 def test_setting_the_cap_recomputes_and_redraws_both_figures(panel):
     figure_updates()
-    panel.controls["cap"].value = 1
+    panel.controls["max_ppo_update_times"].value = 1
     assert panel.settings()["max_ppo_update_times"] == 1
     assert "agentlightning.max_ppo_update_times=1" in panel.dotlist()
     pd.testing.assert_frame_equal(panel.result.rollouts, expected(panel).rollouts, rtol=1e-5)
@@ -256,5 +256,5 @@ def test_panel_on_a_loaded_batch_has_no_generator_knobs():
     assert "n_prompts" not in panel.controls and "seed" in panel.controls
     assert panel.rollouts_per_prompt == 4  # 12 prompts × 4 rollouts
     assert len(panel.result.rows) == len(rows) == 81
-    panel.controls["cap"].value = 1
+    panel.controls["max_ppo_update_times"].value = 1
     assert (panel.result.rows["fate"] == "kept").sum() == 4 * panel.settings()["ppo_mini_batch_size"]

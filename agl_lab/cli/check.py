@@ -17,6 +17,7 @@ from agl_lab.cli import launch
 from agl_lab.cli.commands import Subcommand
 from agl_lab.cli.help import gate_findings, print_base, print_findings, print_launch_view, print_settings
 from agl_lab.config.compose import BASES
+from agl_lab.core.keys import MAX_PPO_UPDATE_TIMES
 
 __all__ = ["COMMAND", "add_check_arguments", "run_check_command"]
 
@@ -25,7 +26,7 @@ _LISTED_ROWS = 24  # check lists the rows after steps 1–5 up to this many
 
 def add_check_arguments(check: argparse.ArgumentParser) -> None:
     """``check``'s arguments."""
-    check.add_argument("dotlist", nargs="*", help="Hydra overrides, e.g. agentlightning.max_ppo_update_times=2")
+    check.add_argument("dotlist", nargs="*", help=f"Hydra overrides, e.g. {MAX_PPO_UPDATE_TIMES}=2")
     check.add_argument("--show-config", action="store_true", help="print the whole composed config (secrets as ***)")
     check.add_argument(
         "--base", choices=tuple(BASES), default=COMMAND.base, help="compose from this base (agl: what launch sends)"

@@ -11,6 +11,7 @@ import sys
 
 from agl_lab.cli.commands import Subcommand
 from agl_lab.cli.help import print_base
+from agl_lab.core.keys import SEED
 from agl_lab.exit_codes import stopped
 
 __all__ = ["COMMAND", "add_demo_arguments", "run_demo_command"]
@@ -18,7 +19,7 @@ __all__ = ["COMMAND", "add_demo_arguments", "run_demo_command"]
 
 def add_demo_arguments(demo: argparse.ArgumentParser) -> None:
     """``demo``'s arguments."""
-    demo.add_argument("dotlist", nargs="*", help="Hydra overrides for every run, e.g. lab.seed=1")
+    demo.add_argument("dotlist", nargs="*", help=f"Hydra overrides for every run, e.g. {SEED}=1")
     demo.add_argument("--out", default=None, help="output folder (default: a fresh runs/demo-<time>/)")
 
 

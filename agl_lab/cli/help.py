@@ -16,6 +16,7 @@ import sys
 
 from agl_lab import __version__
 from agl_lab.config.compose import BASES, ConfigError, compose_from
+from agl_lab.core.keys import WANDB_MODE
 from agl_lab.exit_codes import EXIT_CODES, help_epilog
 
 __all__ = ["EPILOG", "EXIT_CODES", "add_run_options", "description", "gate_findings", "print_base", "print_findings"]
@@ -109,11 +110,11 @@ def print_findings(findings) -> bool:
 
 def print_settings(cfg) -> None:
     """The settings of the catalogue as resolved (label, key, value), with Agent Lightning's default where they
-    differ, and the loss mode the catalogue names for the combination."""
+    differ, and the normalization the catalogue names for the combination."""
     from omegaconf import OmegaConf
 
     from agl_lab.config.modes import LOSS_MODES, mode_from_config
-    from agl_lab.config.settings import SETTINGS
+    from agl_lab.config.settings import NORMALIZATION, SETTINGS
 
     print("The per-rollout settings, as resolved:")
     for key, setting in SETTINGS.items():
@@ -122,19 +123,22 @@ def print_settings(cfg) -> None:
         print(f"  {setting.label:<26} {key:<48} {shown(cfg, key)}{note}")
     mode = mode_from_config(cfg)
     label = LOSS_MODES[mode].label if mode else "none in agl_lab's catalogue (agl_lab.LOSS_MODES)"
-    print(f"  {'loss mode':<26} {'(policy loss + loss_agg_mode + divisor)':<48} {label}")
+    print(f"  {NORMALIZATION:<26} {'(policy loss + loss_agg_mode + divisor)':<48} {label}")
 
 
 def shown(cfg, key: str) -> str:
-    """The value of ``key`` in ``cfg`` as the CLI prints it (null, true/false, "null (no cap)" for the cap)."""
+    """The value of ``key`` in ``cfg`` as the CLI prints it (null with its meaning where it has one, true/false)."""
     from omegaconf import OmegaConf
 
     return _show_value(key, OmegaConf.select(cfg, key))
 
 
 def _show_value(key: str, value) -> str:
+    from agl_lab.config.constraints import CONSTRAINTS
+
     if value is None:
-        return "null" + (" (no cap)" if key.endswith("max_ppo_update_times") else "")
+        meaning = getattr(CONSTRAINTS.get(key), "null_means", None)  # the constraints table says what null does
+        return "null" + (f" ({meaning})" if meaning else "")
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -148,5 +152,5 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "--wandb-mode",
         choices=("online", "offline", "disabled"),
         default=None,
-        help="every run's lab.wandb_mode (default auto: $WANDB_MODE, else offline unless a W&B key is configured)",
+        help=f"every run's {WANDB_MODE} (default auto: $WANDB_MODE, else offline unless a W&B key is configured)",
     )

@@ -24,6 +24,7 @@ from agl_lab.cli.commands import Subcommand
 from agl_lab.cli.help import add_run_options, print_base
 from agl_lab.config.grid import MAX_SWEEP_CELLS, too_many_cells
 from agl_lab.config.secrets import redact_argv
+from agl_lab.core.keys import MAX_PPO_UPDATE_TIMES, ROLLOUT_LEVEL, SEED
 from agl_lab.curves.band_kinds import BAND_LABELS
 from agl_lab.exit_codes import stopped
 
@@ -31,9 +32,7 @@ __all__ = ["COMMAND", "DEFAULT_SEEDS", "add_sweep_arguments", "run_sweep_command
 
 DEFAULT_SEEDS = (0, 1, 2)
 
-_EXAMPLE = (
-    "agl-lab sweep algorithm.enable_rollout_level_advantage=true,false agentlightning.max_ppo_update_times=null,2"
-)
+_EXAMPLE = f"agl-lab sweep {ROLLOUT_LEVEL}=true,false {MAX_PPO_UPDATE_TIMES}=null,2"
 
 
 def add_sweep_arguments(sweep: argparse.ArgumentParser) -> None:
@@ -47,7 +46,7 @@ def add_sweep_arguments(sweep: argparse.ArgumentParser) -> None:
         nargs="+",
         default=None,
         metavar="SEEDS",
-        help=f"lab.seed of each run: 0 1 2, 0,1,2 or a range 0-4 (default {' '.join(map(str, DEFAULT_SEEDS))})",
+        help=f"{SEED} of each run: 0 1 2, 0,1,2 or a range 0-4 (default {' '.join(map(str, DEFAULT_SEEDS))})",
     )
     sweep.add_argument("--out", default=None, help="sweep folder (default: a fresh sweeps/<time>/); reused: resumes")
     add_run_options(sweep)  # --executor, --wandb-mode

@@ -10,6 +10,7 @@ import argparse
 
 from agl_lab.cli.commands import Subcommand
 from agl_lab.cli.help import print_base, print_settings_and_findings
+from agl_lab.core.keys import MINI_BATCH, SEED, STEPS, TRAIN_BATCH
 from agl_lab.exit_codes import TrainedNothingError, stopped
 
 __all__ = ["COMMAND", "add_train_arguments", "run_train_command"]
@@ -17,7 +18,7 @@ __all__ = ["COMMAND", "add_train_arguments", "run_train_command"]
 
 def add_train_arguments(train: argparse.ArgumentParser) -> None:
     """``train``'s arguments."""
-    train.add_argument("dotlist", nargs="*", help="Hydra overrides, e.g. lab.seed=1 trainer.total_training_steps=20")
+    train.add_argument("dotlist", nargs="*", help=f"Hydra overrides, e.g. {SEED}=1 {STEPS}=20")
     train.add_argument("--show-config", action="store_true", help="print the resolved config (secrets as ***)")
 
 
@@ -56,7 +57,7 @@ def _train(dotlist: list[str], *, show_config: bool) -> int:
         raise TrainedNothingError(
             f"every one of the {len(history)} steps was skipped: no rows were left for a PPO mini-batch after the "
             f"drops (see training/n_sample_dropped/* in {result.run_dir / 'metrics.jsonl'}): lower "
-            "actor_rollout_ref.actor.ppo_mini_batch_size or raise data.train_batch_size / the length limits"
+            f"{MINI_BATCH} or raise {TRAIN_BATCH} / the length limits"
         )
     return 0
 

@@ -21,6 +21,7 @@ import os
 
 from agl_lab.cli.commands import Subcommand
 from agl_lab.cli.help import print_base
+from agl_lab.core.keys import ESTIMATOR
 
 __all__ = ["COMMAND", "add_weighting_arguments", "run_weighting_command"]
 
@@ -32,9 +33,7 @@ _INFLUENCE_MODES = ("seq-mean-token-mean", "session_equal", "partition_preservin
 def add_weighting_arguments(weighting: argparse.ArgumentParser) -> None:
     """``weighting``'s arguments."""
     weighting.add_argument("path", help="a run (verl rollout_data_dir, step tables, an agl_lab run) or a batch")
-    weighting.add_argument(
-        "dotlist", nargs="*", help="key=value for how rows are measured (e.g. algorithm.adv_estimator=rloo)"
-    )
+    weighting.add_argument("dotlist", nargs="*", help=f"key=value for how rows are measured (e.g. {ESTIMATOR}=rloo)")
     weighting.add_argument("--modes", nargs="+", default=None, help="loss modes (default: every catalogue mode)")
     weighting.add_argument("--steps", default=None, help="which steps of a run: 1-100, 5, 1,3,8-10 (default: all)")
     weighting.add_argument("--out", default=None, help="write weighting_steps.csv, the run's tables and figures here")

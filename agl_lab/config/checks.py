@@ -20,15 +20,25 @@ from omegaconf import DictConfig
 from agl_lab.config.compose import shared_base
 from agl_lab.config.constraints import constraint_problems
 from agl_lab.config.key_types import default_value
-from agl_lab.config.settings import ESTIMATOR, LOSS_MODE, MINI_BATCH, ROLLOUT_LEVEL
 from agl_lab.config.tree import leaves
+from agl_lab.core.keys import (
+    ACTOR,
+    ACTOR_BACKEND,
+    CAP_DROP_UNIT,
+    ESTIMATOR,
+    GDPO_REWARD_KEYS,
+    LAB,
+    LOSS_MODE,
+    MINI_BATCH,
+    ROLLOUT_LEVEL,
+    TRAIN_BATCH,
+)
 from agl_lab.core.row_weights import ROW_WEIGHTED_LOSS_MODES
 
 __all__ = ["Finding", "lab_estimator_problem", "value_findings", "verl_actor_problem"]
 
 Getter = Callable[[str], Any]
 
-_ACTOR = "actor_rollout_ref.actor"
 # Keys that must be finite numbers, by their last name or a section they sit in ("optim." = every optimizer value).
 _FINITE_NAMES = ("gamma", "lam", "temperature", "top_p", "entropy_coeff", "kl_loss_coef", "kl_coef", "clip_ratio")
 _FINITE_NAMES += ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "reward_fillna_value")
@@ -37,7 +47,7 @@ _LAB_CANNOT_RUN = {
     "gae": "a critic's values (batch['values']); the lab trains no critic",
     "optimal_token_baseline": "sum_pi_squared from verl's actor (actor.calculate_sum_pi_squared)",
     "tir_optimal_token_baseline": "sum_pi_squared from verl's actor (actor.calculate_sum_pi_squared)",
-    "gdpo": "per-component rewards (algorithm.gdpo_reward_keys) from a reward function",
+    "gdpo": f"per-component rewards ({GDPO_REWARD_KEYS}) from a reward function",
 }
 
 
@@ -81,28 +91,28 @@ def verl_actor_problem(get: Getter) -> Finding | None:
     mini-batches (its ``make_iterator`` asserts it), which ``lab.cap_drop_unit=rollout`` may not leave; and verl PR
     #7580's row weights belong on the entropy and KL terms too (revision 2), which the engine aggregates unweighted.
     The doctor reports it; :class:`agl_lab.training.verl_actor.VerlActor` refuses with the same line."""
-    if get("lab.actor") != "verl":
+    if get(ACTOR_BACKEND) != "verl":
         return None
-    if get("lab.cap_drop_unit") == "rollout":
+    if get(CAP_DROP_UNIT) == "rollout":
         return Finding(
             "error",
-            "lab.cap_drop_unit",
+            CAP_DROP_UNIT,
             "whole-rollout drops can leave a last PPO mini-batch short, and verl's actor engine trains whole "
             "mini-batches only",
-            "set lab.actor=lab (it trains a short last mini-batch), or lab.cap_drop_unit=row",
+            f"set {ACTOR_BACKEND}=lab (it trains a short last mini-batch), or {CAP_DROP_UNIT}=row",
         )
     if get(LOSS_MODE) not in ROW_WEIGHTED_LOSS_MODES:
         return None
-    terms = [f"{_ACTOR}.entropy_coeff={get(f'{_ACTOR}.entropy_coeff')}"] if get(f"{_ACTOR}.entropy_coeff") else []
-    terms += [f"{_ACTOR}.use_kl_loss=true"] if get(f"{_ACTOR}.use_kl_loss") else []
+    terms = [f"{ACTOR}.entropy_coeff={get(f'{ACTOR}.entropy_coeff')}"] if get(f"{ACTOR}.entropy_coeff") else []
+    terms += [f"{ACTOR}.use_kl_loss=true"] if get(f"{ACTOR}.use_kl_loss") else []
     if not terms:
         return None
     return Finding(
         "error",
-        "lab.actor",
+        ACTOR_BACKEND,
         f"{get(LOSS_MODE)} weighs every loss term by the row's loss_weight, but verl's actor engine applies it to the "
         f"advantages only and aggregates {' and '.join(terms)} unweighted",
-        "set lab.actor=lab (the lab's actor weighs every term), or turn the entropy and KL terms off",
+        f"set {ACTOR_BACKEND}=lab (the lab's actor weighs every term), or turn the entropy and KL terms off",
     )
 
 
@@ -112,19 +122,19 @@ def _finite(cfg: DictConfig) -> list[Finding]:
         if not isinstance(value, float) or math.isfinite(value):
             continue
         name = path.rsplit(".", 1)[-1]
-        if math.isnan(value) or ".optim." in f".{path}." or name in _FINITE_NAMES or path.startswith("lab."):
+        if math.isnan(value) or ".optim." in f".{path}." or name in _FINITE_NAMES or path.startswith(f"{LAB}."):
             findings.append(Finding("error", path, f"must be a finite number, got {value}", f"set {path} to a number"))
     return findings
 
 
 def _mini_batch(get: Getter) -> list[Finding]:
-    batch, mini = get("data.train_batch_size"), get(MINI_BATCH)
+    batch, mini = get(TRAIN_BATCH), get(MINI_BATCH)
     if isinstance(batch, int) and isinstance(mini, int) and mini > batch >= 1:
         return [
             Finding(
                 "error",
                 MINI_BATCH,
-                f"ppo_mini_batch_size ({mini}) is larger than data.train_batch_size ({batch}): one mini-batch needs "
+                f"ppo_mini_batch_size ({mini}) is larger than {TRAIN_BATCH} ({batch}): one mini-batch needs "
                 f"{mini} x rollout.n rows but a step may collect only {batch} x rollout.n, so steps are skipped",
                 f"set {MINI_BATCH} <= {batch}",
             )
@@ -139,22 +149,22 @@ def _estimator_inputs(get: Getter) -> list[Finding]:
     if estimator == "gae" and not rollout_level and get("critic.enable") is False:
         return [Finding("error", ESTIMATOR, "gae needs a critic but critic.enable=false", "set critic.enable=null")]
     optimal = estimator in ("optimal_token_baseline", "tir_optimal_token_baseline")
-    if optimal and not rollout_level and not get(f"{_ACTOR}.calculate_sum_pi_squared"):
+    if optimal and not rollout_level and not get(f"{ACTOR}.calculate_sum_pi_squared"):
         return [
             Finding(
                 "error",
                 ESTIMATOR,
                 f"{estimator} needs sum_pi_squared from the actor, which is off",
-                f"set {_ACTOR}.calculate_sum_pi_squared=true (or use grpo)",
+                f"set {ACTOR}.calculate_sum_pi_squared=true (or use grpo)",
             )
         ]
-    if estimator == "gdpo" and not get("algorithm.gdpo_reward_keys"):
+    if estimator == "gdpo" and not get(GDPO_REWARD_KEYS):
         return [
             Finding(
                 "error",
                 ESTIMATOR,
-                "gdpo needs the reward components to normalize separately (algorithm.gdpo_reward_keys)",
-                "add +algorithm.gdpo_reward_keys=[key1,key2] (the keys your compute_score returns) or use grpo",
+                f"gdpo needs the reward components to normalize separately ({GDPO_REWARD_KEYS})",
+                f"add +{GDPO_REWARD_KEYS}=[key1,key2] (the keys your compute_score returns) or use grpo",
             )
         ]
     return []

@@ -35,6 +35,7 @@ from agl_lab.config.arguments import mapping, plain, string_list
 from agl_lab.config.key_types import declared_fields, default_value, expected_value, type_problem
 from agl_lab.config.secrets import redact_argv
 from agl_lab.config.tree import leaves, paths
+from agl_lab.core.keys import ESTIMATOR, LAB
 
 __all__ = ["BASES", "SHORT_RUN_YAML", "Base", "ConfigError", "base_config", "compose_config", "compose_from"]
 __all__ += ["key_problem", "shared_base", "short_run_config", "short_run_overrides", "type_problem"]
@@ -126,7 +127,7 @@ def compose_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence
         try:
             _apply(cfg, path, value, mode)
         except (OmegaConfBaseException, KeyError) as exc:
-            fixed = " (the lab: section has fixed fields, see agl_lab.LabConfig)" if path.startswith("lab.") else ""
+            fixed = " (the lab: section has fixed fields, see agl_lab.LabConfig)" if path.startswith(f"{LAB}.") else ""
             problems.append(f"{path}: {_short(exc)}{fixed}")
     if not problems and not all(mode != "delete" and _plain(value) for _, value, mode in edits):
         try:  # interpolations (``${...}``) resolve; see _plain for why plain edits cannot break them
@@ -221,7 +222,7 @@ def _apply(cfg: DictConfig, path: str, value: Any, mode: str) -> None:
         default = default_value(shared_base(), path)
         if default is not None and default != {}:  # null and empty defaults may go: readers take them as unset
             what = "section" if isinstance(default, dict) else "key"
-            example = "e.g. algorithm.adv_estimator=grpo" if what == "section" else f"{path}=..."
+            example = f"e.g. {ESTIMATOR}=grpo" if what == "section" else f"{path}=..."
             raise KeyError(f"cannot delete it: verl's trainer and agl_lab read this {what}; set it instead ({example})")
         parent_path, _, key = path.rpartition(".")
         parent = OmegaConf.select(cfg, parent_path) if parent_path else cfg

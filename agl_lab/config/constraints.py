@@ -24,12 +24,24 @@ from typing import Any, Literal
 from omegaconf import DictConfig, OmegaConf
 
 from agl_lab.config.lab_config import LabConfig, lab_field_rule
+from agl_lab.core.keys import (
+    ACTOR,
+    AGGREGATOR,
+    EPOCHS,
+    GAMMA,
+    KL_COEF,
+    LAM,
+    MAX_PPO_UPDATE_TIMES,
+    MAX_PROMPT_LENGTH,
+    MAX_RESPONSE_LENGTH,
+    REF_LOG_PROB_MICRO,
+    ROLLOUT,
+    STEPS,
+    TRAIN_BATCH,
+    lab_key,
+)
 
 __all__ = ["CONSTRAINTS", "Constraint", "constraint_problems"]
-
-_ACTOR = "actor_rollout_ref.actor"
-_ROLLOUT = "actor_rollout_ref.rollout"
-_AGG = "agentlightning.trace_aggregator"
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,7 @@ class Constraint:
     why: str = ""  # what goes wrong otherwise, after the value
     text: str | None = None  # an exact message where Agent Lightning has one ({value} filled in)
     fix: str | None = None  # the fix, where a better one than "set it in range" exists
+    null_means: str | None = None  # what null does, where it is a choice of its own ("no cap"), as the CLI shows it
 
     def accepts(self, value: Any) -> bool:
         if value is None:
@@ -79,69 +92,70 @@ _POSITIVE = Constraint("number", low=0, low_open=True)
 _SHARE = Constraint("number", low=0, high=1)
 
 CONSTRAINTS: dict[str, Constraint] = {
-    "data.train_batch_size": _SIZE,
-    "data.max_prompt_length": _SIZE,
-    "data.max_response_length": Constraint("integer", low=1, why=": every response would be empty, nothing trains"),
-    f"{_ROLLOUT}.n": _SIZE,
-    f"{_ROLLOUT}.prompt_length": _SIZE,  # data.max_prompt_length unless set apart
-    f"{_ROLLOUT}.response_length": _SIZE,  # the tokens per LLM call; data.max_response_length unless set apart
-    f"{_ACTOR}.ppo_mini_batch_size": _SIZE,
-    f"{_ACTOR}.ppo_epochs": Constraint("integer", low=1, why=": the actor would make no update, so nothing trains"),
-    "trainer.total_epochs": _SIZE,
-    "trainer.total_training_steps": Constraint("integer", low=1, nullable=True, why=": no step would run"),
-    f"{_AGG}.trajectory_max_prompt_length": _SIZE,
-    f"{_AGG}.trajectory_max_response_length": _SIZE,
-    f"{_ACTOR}.ppo_micro_batch_size_per_gpu": _MICRO,
-    f"{_ACTOR}.ppo_micro_batch_size": _MICRO,
-    f"{_ROLLOUT}.log_prob_micro_batch_size_per_gpu": _MICRO,
-    f"{_ROLLOUT}.log_prob_micro_batch_size": _MICRO,
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": _MICRO,
-    "agentlightning.max_ppo_update_times": Constraint(
+    TRAIN_BATCH: _SIZE,
+    MAX_PROMPT_LENGTH: _SIZE,
+    MAX_RESPONSE_LENGTH: Constraint("integer", low=1, why=": every response would be empty, nothing trains"),
+    f"{ROLLOUT}.n": _SIZE,
+    f"{ROLLOUT}.prompt_length": _SIZE,  # data.max_prompt_length unless set apart
+    f"{ROLLOUT}.response_length": _SIZE,  # the tokens per LLM call; data.max_response_length unless set apart
+    f"{ACTOR}.ppo_mini_batch_size": _SIZE,
+    f"{ACTOR}.ppo_epochs": Constraint("integer", low=1, why=": the actor would make no update, so nothing trains"),
+    EPOCHS: _SIZE,
+    STEPS: Constraint("integer", low=1, nullable=True, why=": no step would run"),
+    f"{AGGREGATOR}.trajectory_max_prompt_length": _SIZE,
+    f"{AGGREGATOR}.trajectory_max_response_length": _SIZE,
+    f"{ACTOR}.ppo_micro_batch_size_per_gpu": _MICRO,
+    f"{ACTOR}.ppo_micro_batch_size": _MICRO,
+    f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu": _MICRO,
+    f"{ROLLOUT}.log_prob_micro_batch_size": _MICRO,
+    REF_LOG_PROB_MICRO: _MICRO,
+    MAX_PPO_UPDATE_TIMES: Constraint(
         "integer",
         low=1,
         nullable=True,
         why=": a cap below 1 drops every row, so no step trains",
-        fix="set agentlightning.max_ppo_update_times=null (no cap) or 2 (recommended)",
+        null_means="no cap",
+        fix=f"set {MAX_PPO_UPDATE_TIMES}=null (no cap) or 2 (recommended)",
     ),
-    f"{_ACTOR}.optim.lr": Constraint("number", low=0, why=": a negative learning rate climbs the loss"),
-    f"{_ACTOR}.loss_scale_factor": Constraint(
+    f"{ACTOR}.optim.lr": Constraint("number", low=0, why=": a negative learning rate climbs the loss"),
+    f"{ACTOR}.loss_scale_factor": Constraint(
         "number",
         low=0,
         low_open=True,
         nullable=True,
         why=": verl divides the loss by it (seq-mean-token-sum-norm), so a negative one flips the loss's sign and "
         "every update climbs it, away from the rewards",
-        fix=f"set {_ACTOR}.loss_scale_factor=null (verl's default: the response length) or a positive number",
+        fix=f"set {ACTOR}.loss_scale_factor=null (verl's default: the response length) or a positive number",
     ),
-    f"{_ACTOR}.kl_loss_coef": _NON_NEGATIVE,
-    "algorithm.kl_ctrl.kl_coef": _NON_NEGATIVE,
-    f"{_ROLLOUT}.temperature": Constraint(
+    f"{ACTOR}.kl_loss_coef": _NON_NEGATIVE,
+    KL_COEF: _NON_NEGATIVE,
+    f"{ROLLOUT}.temperature": Constraint(
         "number", low=0, low_open=True, why=": log-probs are taken on logits divided by it (0 is greedy decoding)"
     ),
-    f"{_ACTOR}.clip_ratio": Constraint("number", low=0, low_open=True, why=": PPO would clip every token"),
-    f"{_ACTOR}.clip_ratio_low": _POSITIVE,
-    f"{_ACTOR}.clip_ratio_high": _POSITIVE,
-    f"{_ACTOR}.grad_clip": Constraint("number", low=0, low_open=True, why=": every gradient would be scaled to 0"),
-    f"{_ACTOR}.clip_ratio_c": Constraint(
+    f"{ACTOR}.clip_ratio": Constraint("number", low=0, low_open=True, why=": PPO would clip every token"),
+    f"{ACTOR}.clip_ratio_low": _POSITIVE,
+    f"{ACTOR}.clip_ratio_high": _POSITIVE,
+    f"{ACTOR}.grad_clip": Constraint("number", low=0, low_open=True, why=": every gradient would be scaled to 0"),
+    f"{ACTOR}.clip_ratio_c": Constraint(
         "number", low=1, low_open=True, text="clip_ratio_c must be greater than 1.0, got {value}"
     ),
-    f"{_ROLLOUT}.top_p": Constraint(
+    f"{ROLLOUT}.top_p": Constraint(
         "number",
         low=0,
         high=1,
         low_open=True,
         why=": nucleus sampling keeps the tokens that cover top_p of the probability, so 0 keeps none",
     ),  # fmt: skip
-    f"{_ROLLOUT}.top_k": Constraint("integer", low=-1, text="must be -1 (off) or >= 0, got {value}"),
-    "algorithm.gamma": _SHARE,
-    "algorithm.lam": _SHARE,
+    f"{ROLLOUT}.top_k": Constraint("integer", low=-1, text="must be -1 (off) or >= 0, got {value}"),
+    GAMMA: _SHARE,
+    LAM: _SHARE,
 }
 # the lab: section's fields with a range, from their own metadata
 for _name, _field in LabConfig.__dataclass_fields__.items():
     _rule = lab_field_rule(_name)
     if "low" in _rule:
         _kind = "integer" if _field.type in (int, "int") else "number"
-        CONSTRAINTS[f"lab.{_name}"] = Constraint(_kind, low=_rule["low"], high=_rule.get("high"))
+        CONSTRAINTS[lab_key(_name)] = Constraint(_kind, low=_rule["low"], high=_rule.get("high"))
 
 
 def constraint_problems(cfg: DictConfig, *, default: Callable[[str], Any]) -> list[tuple[str, str, str]]:

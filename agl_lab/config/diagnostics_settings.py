@@ -23,21 +23,32 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from agl_lab.config.tree import nest
+from agl_lab.core.keys import (
+    ESTIMATOR,
+    GAMMA,
+    LAM,
+    LOSS_SCALE_FACTOR,
+    MICRO_BATCH,
+    MINI_BATCH,
+    NORM_ADV_BY_STD,
+    ROLLOUT_LEVEL,
+    ROLLOUT_N,
+)
 
 __all__ = ["DiagnosticsSettings", "base_settings"]
 
 _CONF = Path(__file__).with_name("conf")
 _HYDRA = ("hydra", "defaults")  # composition's own keys in a config file, not config
 _KEYS = {  # field -> config key (None: verl's default when the key is null or absent)
-    "adv_estimator": "algorithm.adv_estimator",
-    "norm_adv_by_std_in_grpo": "algorithm.norm_adv_by_std_in_grpo",
-    "rollout_level": "algorithm.enable_rollout_level_advantage",
-    "gamma": "algorithm.gamma",
-    "lam": "algorithm.lam",
-    "rollout_n": "actor_rollout_ref.rollout.n",
-    "ppo_mini_batch_size": "actor_rollout_ref.actor.ppo_mini_batch_size",
-    "micro_batch_rows": "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
-    "loss_scale_factor": "actor_rollout_ref.actor.loss_scale_factor",
+    "adv_estimator": ESTIMATOR,
+    "norm_adv_by_std_in_grpo": NORM_ADV_BY_STD,
+    "rollout_level": ROLLOUT_LEVEL,
+    "gamma": GAMMA,
+    "lam": LAM,
+    "rollout_n": ROLLOUT_N,
+    "ppo_mini_batch_size": MINI_BATCH,
+    "micro_batch_rows": MICRO_BATCH,
+    "loss_scale_factor": LOSS_SCALE_FACTOR,
 }
 
 

@@ -29,20 +29,25 @@ from agl_lab.config.checks import Finding, value_findings, verl_actor_problem
 from agl_lab.config.compose import ConfigError, key_problem, shared_base, type_problem
 from agl_lab.config.lab_config import LabConfig, lab_field_rule
 from agl_lab.config.modes import LOSS_MODES
-from agl_lab.config.settings import (
-    CAP,
-    ESTIMATOR,
-    LOSS_AGG_MODE,
-    LOSS_MODE,
-    ROLLOUT_LEVEL,
-    SETTINGS,
-    estimator_choices,
-)
+from agl_lab.config.settings import SETTINGS, estimator_choices
 from agl_lab.config.task_rows import row_limit_problem
 from agl_lab.config.tree import INTERPOLATION, leaves
 from agl_lab.config.turn_checks import turn_credit_findings
 from agl_lab.config.verl_features import feature_for, verl_notes, verl_problems
 from agl_lab.core.aggregation import TRACE_LEVELS
+from agl_lab.core.keys import (
+    ESTIMATOR,
+    LAB,
+    LOSS_AGG_MODE,
+    LOSS_MODE,
+    MAX_PPO_UPDATE_TIMES,
+    MAX_TURNS,
+    ROLLOUT_LEVEL,
+    TRACE_LEVEL,
+    USE_KL_IN_REWARD,
+    USE_KL_LOSS,
+    lab_key,
+)
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, PER_ROLLOUT_MEAN_LOSS_MODE
 from agl_lab.core.row_weights import SESSION_EQUAL
 from agl_lab.core.turn_estimators import is_turn_estimator
@@ -96,7 +101,7 @@ def diagnose(cfg: DictConfig, *, trainer: str = "lab", composed: bool = False) -
     if trainer == "lab":
         findings += _task_rows(cfg)
     else:  # Agent Lightning's trainer never reads lab: (launch drops it) and runs its users' agents, not the lab's task
-        findings = [f for f in findings if not f.key.startswith("lab.")]
+        findings = [f for f in findings if not f.key.startswith(f"{LAB}.")]
     order = {"error": 0, "warning": 1, "note": 2}
     return sorted(findings, key=lambda f: order[f.level])
 
@@ -182,8 +187,8 @@ def _enums(get) -> list[Finding]:
         ADV: estimator_choices(),
         LOSS_MODE: sorted(core_algos.POLICY_LOSS_REGISTRY),
         LOSS_AGG_MODE: _AGG_MODES,
-        "agentlightning.trace_aggregator.level": list(TRACE_LEVELS),
-        **{f"lab.{name}": list(rule["choices"]) for name, rule in _LAB_RULES.items() if "choices" in rule},
+        TRACE_LEVEL: list(TRACE_LEVELS),
+        **{lab_key(name): list(rule["choices"]) for name, rule in _LAB_RULES.items() if "choices" in rule},
     }
     findings = []
     for key, allowed in choices.items():
@@ -245,23 +250,23 @@ def _algorithm(get) -> list[Finding]:
                 f"use an outcome estimator (grpo, rloo, ...) or set {PAIR_ADV}=false",
             )
         )
-    if get("algorithm.use_kl_in_reward") and get(PAIR_ADV):
+    if get(USE_KL_IN_REWARD) and get(PAIR_ADV):
         findings.append(
             Finding(
                 "error",
-                "algorithm.use_kl_in_reward",
+                USE_KL_IN_REWARD,
                 "a KL penalty in the reward gives each row of a rollout a different reward sum, which rollout-level "
                 "advantage refuses ('share the same scalar token_level_rewards sum')",
-                "set algorithm.use_kl_in_reward=false and, for a KL term, actor_rollout_ref.actor.use_kl_loss=true",
+                f"set {USE_KL_IN_REWARD}=false and, for a KL term, {USE_KL_LOSS}=true",
             )
         )
-    if get(CAP) is None:
+    if get(MAX_PPO_UPDATE_TIMES) is None:
         findings.append(
             Finding(
                 "note",
-                CAP,
+                MAX_PPO_UPDATE_TIMES,
                 "no update cap: a step whose rollouts split into many rows makes that many more PPO updates",
-                f"{CAP}=2 is what the Agent Lightning docs recommend for stability",
+                f"{MAX_PPO_UPDATE_TIMES}=2 is what the Agent Lightning docs recommend for stability",
             )
         )
     return findings
@@ -269,7 +274,7 @@ def _algorithm(get) -> list[Finding]:
 
 def _task_rows(cfg: DictConfig) -> list[Finding]:
     problem = row_limit_problem(cfg)
-    return [] if problem is None else [Finding("warning", "lab.max_turns", *problem)]
+    return [] if problem is None else [Finding("warning", MAX_TURNS, *problem)]
 
 
 def _getter(cfg: DictConfig):

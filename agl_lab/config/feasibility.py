@@ -35,6 +35,7 @@ from omegaconf import DictConfig
 
 from agl_lab.config.checks import Finding
 from agl_lab.core.aggregation import aggregation_limits
+from agl_lab.core.keys import CPU_THREADS, MODEL_HIDDEN, MODEL_LAYERS, PPO_EPOCHS, ROLLOUT_N, TRAIN_BATCH
 
 __all__ = ["CPU_FLOPS", "GPU_FLOPS", "MAX_STEP_S", "SLOW_STEP_S", "StepEstimate", "available_cores", "estimate_step"]
 __all__ += ["feasibility_findings"]
@@ -103,22 +104,19 @@ def feasibility_findings(cfg: DictConfig) -> list[Finding]:
         return [
             Finding(
                 "error",
-                "lab.cpu_threads",
+                CPU_THREADS,
                 f"{threads} threads, but this process may use {cores} CPU core(s): torch would start {threads} threads "
                 "that take turns on them (every step slower; under a memory limit the OpenMP runtime dies), and a "
                 f"sweep on Ray would wait for a node with {threads} CPUs",
-                f"set lab.cpu_threads to at most {cores} (0: torch's own choice)",
+                f"set {CPU_THREADS} to at most {cores} (0: torch's own choice)",
             )
         ]
     estimate = estimate_step(cfg)
-    lower = (
-        "lower actor_rollout_ref.rollout.n, data.train_batch_size, the length limits or the model "
-        "(lab.model_hidden, lab.model_layers)"
-    )
+    lower = f"lower {ROLLOUT_N}, {TRAIN_BATCH}, the length limits or the model ({MODEL_HIDDEN}, {MODEL_LAYERS})"
     if estimate.memory_bytes > estimate.device_memory_bytes:
         return [Finding("error", "config", f"a step would need {estimate.summary()}: it cannot fit in memory", lower)]
     if estimate.update_share > 0.5 and int(cfg.actor_rollout_ref.actor.ppo_epochs) > 1:
-        lower = f"lower actor_rollout_ref.actor.ppo_epochs ({estimate.update_share:.0%} of the work; verl's default: 1)"
+        lower = f"lower {PPO_EPOCHS} ({estimate.update_share:.0%} of the work; verl's default: 1)"
     if estimate.seconds > MAX_STEP_S:
         return [
             Finding(

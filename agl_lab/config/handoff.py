@@ -37,8 +37,8 @@ from omegaconf import DictConfig, OmegaConf
 from agl_lab.config.compose import shared_base
 from agl_lab.config.dotlist import format_dotlist
 from agl_lab.config.secrets import is_secret_key
-from agl_lab.config.settings import CAP, LOSS_MODE, ROLLOUT_LEVEL
 from agl_lab.config.tree import leaves, nest
+from agl_lab.core.keys import THREE_SETTINGS
 
 __all__ = ["Export", "export_experiment", "launch_blockers", "launch_script", "overrides"]
 
@@ -82,7 +82,7 @@ def launch_script(nested: Mapping[str, Any], *, name: str, record: str | None = 
     """Python source of a launch script that runs this experiment on Agent Lightning's real trainer; ``record``: the
     folder its ``--record`` defaults to (None: no recording unless the script is given ``--record``)."""
     literal = pprint.pformat(nested, indent=4, width=100, sort_dicts=True)
-    keys = (ROLLOUT_LEVEL, LOSS_MODE, CAP)  # the three settings the user checks before a run
+    keys = THREE_SETTINGS  # the three settings the user checks before a run
     return _SCRIPT.format(name=name, overrides=literal, keys=keys, record=record)
 
 

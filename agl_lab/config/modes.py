@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from agl_lab.config.verl_features import VerlFeature, feature_for, forced_aggregation
 from agl_lab.core import weights
+from agl_lab.core.keys import DIVISOR, LOSS_AGG_MODE, LOSS_MODE
 from agl_lab.core.loss import CISPO_PER_ROLLOUT_MEAN_LOSS_MODE, PER_ROLLOUT_MEAN_LOSS_MODE
 
 __all__ = [
@@ -31,9 +32,6 @@ __all__ = [
     "mode_settings", "mode_table", "trainable_modes", "unknown_mode_hint", "weighing_mode",
 ]  # fmt: skip
 
-_LOSS_MODE_KEY = "actor_rollout_ref.actor.policy_loss.loss_mode"
-_AGG_KEY = "actor_rollout_ref.actor.loss_agg_mode"
-_DIVISOR_KEY = "lab.per_rollout_divisor"
 _VERL_CODE = "https://github.com/volcengine/verl/blob/v0.9.1/verl/trainer/ppo/core_algos.py"
 _VERL_GRPO = "https://verl.readthedocs.io/en/latest/algo/grpo.html"
 _VERL_DAPO = "https://verl.readthedocs.io/en/latest/algo/dapo.html"
@@ -109,13 +107,13 @@ class LossMode:
 
 def _verl(name: str, **kw: Any) -> LossMode:
     """A verl ``loss_agg_mode`` with verl's ``vanilla`` PPO loss."""
-    settings = {_LOSS_MODE_KEY: "vanilla", _AGG_KEY: name}
+    settings = {LOSS_MODE: "vanilla", LOSS_AGG_MODE: name}
     return LossMode(name=name, label=f"verl {name}", family="verl loss_agg_mode", settings=settings, **kw)
 
 
 def _verl_loss(name: str, *, line: int, **kw: Any) -> LossMode:
     """A registered verl policy loss that aggregates its own way (its source: the line in verl's core_algos)."""
-    settings = {_LOSS_MODE_KEY: name}
+    settings = {LOSS_MODE: name}
     return LossMode(name=name, family="verl policy loss", source=f"{_VERL_CODE}#L{line}", settings=settings, **kw)
 
 
@@ -127,14 +125,14 @@ def _per_rollout(divisor: str, *, loss_mode: str = PER_ROLLOUT_MEAN_LOSS_MODE, *
         family="Agent Lightning",
         split="equal",
         depends_on=(_COMPOSITION,),
-        settings={_LOSS_MODE_KEY: loss_mode, _DIVISOR_KEY: divisor},
+        settings={LOSS_MODE: loss_mode, DIVISOR: divisor},
         **kw,
     )
 
 
 def _proposed(name: str, **kw: Any) -> LossMode:
     """A verl PR #7580 weight (revision of 2026-09-19: rescaled to mean 1 over the step's rows, on every loss term)."""
-    return LossMode(name=name, family=_PROPOSED, source=_VERL_7580, settings={_LOSS_MODE_KEY: name}, **kw)
+    return LossMode(name=name, family=_PROPOSED, source=_VERL_7580, settings={LOSS_MODE: name}, **kw)
 
 
 _COMPOSITION, _MICRO, _DP = DEPENDENCIES
@@ -236,8 +234,8 @@ def weighing_mode(cfg: DictConfig) -> str | None:
     own = mode_from_config(cfg)
     if own is not None:
         return own
-    loss_mode = OmegaConf.select(cfg, _LOSS_MODE_KEY, default=None)
-    agg_mode = OmegaConf.select(cfg, _AGG_KEY, default=None)
+    loss_mode = OmegaConf.select(cfg, LOSS_MODE, default=None)
+    agg_mode = OmegaConf.select(cfg, LOSS_AGG_MODE, default=None)
     if loss_mode in AGG_LOSS_POLICY_LOSSES and agg_mode in LOSS_MODES:
         return forced_aggregation(loss_mode) or str(agg_mode)
     return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from agl_lab.core.aggregation import aggregation_limits
+from agl_lab.core.keys import AGGREGATOR, DATA, MAX_TURNS, RESPONSE_LENGTH, TASK
 
 __all__ = ["fitting_limits", "lock_row_lengths", "row_limit_problem"]
 
@@ -39,14 +40,14 @@ def fitting_limits(cfg: DictConfig) -> dict[str, int]:
     ``lab.max_turns`` and ``rollout.response_length``; other tasks get ``{}``. The training panel applies these when
     its ``max turns`` or ``level`` changes; the doctor's warning names them as its fix.
     """
-    turns = OmegaConf.select(cfg, "lab.max_turns", default=None)
-    call_tokens = OmegaConf.select(cfg, "actor_rollout_ref.rollout.response_length", default=None)
-    task = OmegaConf.select(cfg, "lab.task", default=None)
+    turns = OmegaConf.select(cfg, MAX_TURNS, default=None)
+    call_tokens = OmegaConf.select(cfg, RESPONSE_LENGTH, default=None)
+    task = OmegaConf.select(cfg, TASK, default=None)
     if task != "lock" or not all(_positive_int(v) for v in (turns, call_tokens)):
         return {}
     limits, longest = aggregation_limits(cfg), lock_row_lengths(max_turns=turns, call_tokens=call_tokens)
     level = _level(limits)
-    prefix = "agentlightning.trace_aggregator.trajectory_" if level == "trajectory" else "data."
+    prefix = f"{AGGREGATOR}.trajectory_" if level == "trajectory" else f"{DATA}."
     return {
         f"{prefix}max_{part}_length": longest[f"{level}_{part}"]
         for part in ("prompt", "response")
@@ -62,10 +63,10 @@ def row_limit_problem(cfg: DictConfig) -> tuple[str, str] | None:
     limits = aggregation_limits(cfg)
     level = _level(limits)
     longest = lock_row_lengths(max_turns=cfg.lab.max_turns, call_tokens=cfg.actor_rollout_ref.rollout.response_length)
-    prefix = "agentlightning.trace_aggregator.trajectory_" if level == "trajectory" else "data."
+    prefix = f"{AGGREGATOR}.trajectory_" if level == "trajectory" else f"{DATA}."
     keys = {part: f"{prefix}max_{part}_length" for part in ("prompt", "response")}
     message = (
-        f"lab.max_turns={cfg.lab.max_turns} makes {level}-level rows of up to {longest[f'{level}_prompt']} prompt "
+        f"{MAX_TURNS}={cfg.lab.max_turns} makes {level}-level rows of up to {longest[f'{level}_prompt']} prompt "
         f"and {longest[f'{level}_response']} response tokens, over {keys['prompt']}={limits['max_prompt_length']} "
         f"or {keys['response']}={limits['max_response_length']}: longer prompts are cut and their rows dropped "
         "(training/n_sample_dropped/marked), longer responses cut (training/n_truncated_sample)"

@@ -21,15 +21,13 @@ from collections.abc import Callable
 from typing import Any
 
 from agl_lab.config.checks import Finding
-from agl_lab.config.settings import ESTIMATOR, ROLLOUT_LEVEL
+from agl_lab.core.keys import CAP_DROP_UNIT, ESTIMATOR, ROLLOUT_LEVEL, TURN_COST
 from agl_lab.core.turn_advantage import rollout_level_problem
 from agl_lab.core.turn_estimators import TURN_ESTIMATORS, is_turn_estimator
 
 __all__ = ["turn_credit_findings"]
 
-_TURN_COST = "lab.turn_cost"
-_DROP_UNIT = "lab.cap_drop_unit"
-_OUTCOME = "use an outcome estimator (algorithm.adv_estimator=grpo)"
+_OUTCOME = f"use an outcome estimator ({ESTIMATOR}=grpo)"
 
 
 def turn_credit_findings(get: Callable[[str], Any], *, trainer: str) -> list[Finding]:
@@ -51,24 +49,24 @@ def turn_credit_findings(get: Callable[[str], Any], *, trainer: str) -> list[Fin
     findings = []
     if problem := rollout_level_problem(estimator, bool(get(ROLLOUT_LEVEL))):
         findings.append(Finding("error", ROLLOUT_LEVEL, *problem))
-    if not get(_TURN_COST):
+    if not get(TURN_COST):
         findings.append(
             Finding(
                 "error",
                 ESTIMATOR,
-                f"{name} is per-turn credit but the task gives no per-turn rewards ({_TURN_COST}=0): every turn but a "
+                f"{name} is per-turn credit but the task gives no per-turn rewards ({TURN_COST}=0): every turn but a "
                 "rollout's last has reward 0, so it would train on the outcome alone",
-                f"set {_TURN_COST} above 0 (a wrong guess's cost, e.g. 0.25), or {_OUTCOME}",
+                f"set {TURN_COST} above 0 (a wrong guess's cost, e.g. 0.25), or {_OUTCOME}",
             )
         )
-    if get(_DROP_UNIT) == "row":
+    if get(CAP_DROP_UNIT) == "row":
         findings.append(
             Finding(
                 "warning",
-                _DROP_UNIT,
+                CAP_DROP_UNIT,
                 f"{name} with per-row drops: a rollout the cap trains in part loses turns, so per-turn credit sees a "
                 "shorter trajectory whose last kept turn's reward reads as its outcome",
-                f"set {_DROP_UNIT}=rollout (whole rollouts dropped, seeded)",
+                f"set {CAP_DROP_UNIT}=rollout (whole rollouts dropped, seeded)",
             )
         )
     return findings

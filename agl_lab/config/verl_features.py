@@ -19,6 +19,8 @@ from importlib.metadata import version
 from omegaconf import DictConfig, OmegaConf
 from packaging.version import Version
 
+from agl_lab.core.keys import ACTOR_BACKEND, LOSS_AGG_MODE, LOSS_MODE
+
 __all__ = ["AGENT_LIGHTNING_VERL", "DEFAULT_VERL", "VERL_FEATURES", "VERL_VERSION", "VerlFeature", "feature_for"]
 __all__ += ["FORCED_AGGREGATIONS", "forced_aggregation", "verl_notes", "verl_problems"]
 
@@ -56,12 +58,10 @@ class VerlFeature:
 
 _SINCE_090 = "0.9.0"  # token-sum, dro and verl.plugin arrived together (read in the 0.9.0 and 0.8.0 wheels)
 VERL_FEATURES: dict[str, VerlFeature] = {
-    "token-sum": VerlFeature(
-        "actor_rollout_ref.actor.loss_agg_mode", "token-sum", "verl's token-sum aggregation", _SINCE_090
-    ),
-    "dro": VerlFeature("actor_rollout_ref.actor.policy_loss.loss_mode", "dro", "verl's dro policy loss", _SINCE_090),
+    "token-sum": VerlFeature(LOSS_AGG_MODE, "token-sum", "verl's token-sum aggregation", _SINCE_090),
+    "dro": VerlFeature(LOSS_MODE, "dro", "verl's dro policy loss", _SINCE_090),
     "verl-actor": VerlFeature(
-        "lab.actor", "verl", "verl's platform registry (verl.plugin) to run verl's actor in the lab", _SINCE_090
+        ACTOR_BACKEND, "verl", "verl's platform registry (verl.plugin) to run verl's actor in the lab", _SINCE_090
     ),
 }
 
@@ -86,8 +86,8 @@ def forced_aggregation(loss_mode: object, *, verl: str = VERL_VERSION) -> str | 
 
 def verl_notes(cfg: DictConfig, *, verl: str = VERL_VERSION) -> list[tuple[str, str, str]]:
     """``(key, message, fix)`` where verl ``verl`` runs ``cfg`` otherwise than it says (gspo on verl 0.8.0)."""
-    loss_mode = OmegaConf.select(cfg, "actor_rollout_ref.actor.policy_loss.loss_mode", default=None)
-    agg_key = "actor_rollout_ref.actor.loss_agg_mode"
+    loss_mode = OmegaConf.select(cfg, LOSS_MODE, default=None)
+    agg_key = LOSS_AGG_MODE
     agg_mode = OmegaConf.select(cfg, agg_key, default=None)
     forced = forced_aggregation(loss_mode, verl=verl)
     if forced is None or agg_mode == forced:

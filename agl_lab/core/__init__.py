@@ -3,5 +3,6 @@ starts a cluster.
 
 ``rows`` (building and checking rows) · ``groups`` (rows by rollout or uid) · ``aggregation`` (rollouts → rows) ·
 ``update_cap`` (marked rows, mini-batch alignment, the cap) · ``advantage`` (rollout-level advantage) · ``loss``
-(per_rollout_mean normalization and loss) · ``pipeline`` (steps 1–5) · ``weights`` (per-token loss weights).
+(per_rollout_mean normalization and loss) · ``pipeline`` (steps 1–5) · ``weights`` (per-token loss weights) ·
+``keys`` (every config key the package reads, spelled once) · ``metric_names`` (every metric name, likewise).
 """

@@ -19,6 +19,12 @@ from verl.trainer.ppo.core_algos import AdvantageEstimator
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 from agl_lab.core.groups import RolloutGroups, as_arrays, group_key, group_rows, non_tensor_ids, uniform_groups
+from agl_lab.core.metric_names import (
+    ROLLOUT_LEVEL_MAX_ROWS_PER_ROLLOUT,
+    ROLLOUT_LEVEL_N_MULTI_ROW_ROLLOUTS,
+    ROLLOUT_LEVEL_N_ROLLOUTS,
+    ROLLOUT_LEVEL_N_ROWS,
+)
 from agl_lab.core.rows import require_finite_rows, require_matrix
 
 __all__ = ["compute_rollout_level_advantage", "rollout_level_metrics"]
@@ -140,10 +146,10 @@ def compute_rollout_level_advantage(
 def rollout_level_metrics(rollouts: RolloutGroups) -> dict[str, int]:
     """The four metrics Agent Lightning logs for the rollout-level path (``n_rows`` > ``n_rollouts`` ⇒ it matters)."""
     return {
-        "training/rollout_level_advantage/n_rows": int(rollouts.sizes.sum()),
-        "training/rollout_level_advantage/n_rollouts": rollouts.n_groups,
-        "training/rollout_level_advantage/n_multi_row_rollouts": int((rollouts.sizes > 1).sum()),
-        "training/rollout_level_advantage/max_rows_per_rollout": int(rollouts.sizes.max(initial=0)),
+        ROLLOUT_LEVEL_N_ROWS: int(rollouts.sizes.sum()),
+        ROLLOUT_LEVEL_N_ROLLOUTS: rollouts.n_groups,
+        ROLLOUT_LEVEL_N_MULTI_ROW_ROLLOUTS: int((rollouts.sizes > 1).sum()),
+        ROLLOUT_LEVEL_MAX_ROWS_PER_ROLLOUT: int(rollouts.sizes.max(initial=0)),
     }
 
 

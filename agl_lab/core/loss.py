@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from agl_lab.core.groups import group_rows
+from agl_lab.core.metric_names import ACTOR_PG_CLIPFRAC, ACTOR_PG_CLIPFRAC_LOWER, ACTOR_PPO_KL
 
 if TYPE_CHECKING:
     import torch
@@ -144,9 +145,9 @@ def compute_policy_loss_per_rollout_mean(
     if rollout_is_weights is not None:
         pg_losses = pg_losses * rollout_is_weights
     metrics = {
-        "actor/pg_clipfrac": pg_clipfrac.detach().item(),
-        "actor/ppo_kl": ppo_kl.detach().item(),
-        "actor/pg_clipfrac_lower": pg_clipfrac_lower.detach().item(),
+        ACTOR_PG_CLIPFRAC: pg_clipfrac.detach().item(),
+        ACTOR_PPO_KL: ppo_kl.detach().item(),
+        ACTOR_PG_CLIPFRAC_LOWER: pg_clipfrac_lower.detach().item(),
     }
     return _summed(pg_losses, response_mask, config), metrics
 
@@ -181,9 +182,9 @@ def compute_policy_loss_cispo_per_rollout_mean(
     if rollout_is_weights is not None:
         pg_losses = pg_losses * rollout_is_weights
     metrics = {
-        "actor/pg_clipfrac": pg_clipfrac.detach().item(),
-        "actor/ppo_kl": ppo_kl.detach().item(),
-        "actor/pg_clipfrac_lower": 0.0,  # no dual clip
+        ACTOR_PG_CLIPFRAC: pg_clipfrac.detach().item(),
+        ACTOR_PPO_KL: ppo_kl.detach().item(),
+        ACTOR_PG_CLIPFRAC_LOWER: 0.0,  # no dual clip
     }
     return _summed(pg_losses, response_mask, config), metrics
 

@@ -11,15 +11,14 @@
    ``loss_weight`` (mean 1 over the step's rows) multiplies its advantages and is kept as ``batch["loss_weight"]`` for
    the actor's entropy and KL terms (:mod:`agl_lab.core.row_weights`)
 
-:func:`select_rows` is steps 1–2, :func:`compute_advantages` steps 3–5 (:func:`normalize_for_loss` step 5 alone)
-and :func:`prepare_batch` both;
-the weighting lab, ``agl-lab check`` and the short-run trainer all go through them.
+:func:`select_rows` is steps 1–2 (:func:`plan_selection` with reasons), :func:`rewards_and_advantages` steps 3–4,
+:func:`compute_advantages` 3–5 (:func:`normalize_for_loss` 5 alone), :func:`prepare_batch` all: the one implementation
+the trainer, the weighting lab, the diagnostics, the panels and ``agl-lab check`` share.
 """
 
 from __future__ import annotations
 
 import uuid
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,14 +32,21 @@ from verl.trainer.ppo.metric_utils import compute_data_metrics
 from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage, compute_response_mask
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 
+from agl_lab.core import metric_names
 from agl_lab.core.advantage import compute_rollout_level_advantage
 from agl_lab.core.groups import as_arrays, group_rows
+from agl_lab.core.keys import USE_KL_IN_REWARD
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, normalize_advantages_by_rollout
 from agl_lab.core.row_weights import LOSS_WEIGHT, ROW_WEIGHTED_LOSS_MODES, weighted_advantages
 from agl_lab.core.rows import require_finite_rows, require_matrix
 from agl_lab.core.turn_advantage import compute_turn_level_advantage, rollout_level_problem
 from agl_lab.core.turn_estimators import is_turn_estimator
-from agl_lab.core.update_cap import EmptyBatchWarning, marked_rows_kept, plan_update_cap
+from agl_lab.core.update_cap import (
+    marked_rows_kept,
+    partially_dropped_count,
+    plan_update_cap,
+    warn_no_trainable_batch,
+)
 
 __all__ = [
     "FATES",
@@ -48,6 +54,7 @@ __all__ = [
     "advantage_kwargs",
     "compute_advantages",
     "estimate_advantages",
+    "rewards_and_advantages",
     "mini_batch_rows",
     "normalize_for_loss",
     "plan_selection",
@@ -69,6 +76,14 @@ class Selection:
     kept: np.ndarray  # (kept,) int64: the input row of each kept row
     fate: np.ndarray  # (rows,) object: one of FATES for every input row
     metrics: dict[str, Any]
+    # rollouts with rows kept and rows dropped (None: no rollout_id_list); the trainer and the cap figure read it
+    partially_dropped: int | None = None
+
+    @property
+    def partial_metrics(self) -> dict[str, int]:
+        """``lab/partially_dropped_rollouts`` (a lab metric beside Agent Lightning's); nothing without rollout ids."""
+        partial = self.partially_dropped
+        return {} if partial is None else {metric_names.PARTIALLY_DROPPED_ROLLOUTS: partial}
 
 
 FATES = ("kept", "dropped/marked", "dropped/same_reward", "dropped/random")
@@ -80,19 +95,14 @@ def select_rows(rows: DataProto, cfg: DictConfig, *, seed: int | None = None) ->
     ``rows`` is not modified. ``seed`` (default ``lab.seed``) fixes which surplus rows are dropped. An empty
     result comes back with an ``EmptyBatchWarning``: skip the step.
     """
-    selection = plan_selection(rows, cfg, seed=seed)
-    if len(selection.batch) == 0:
-        warnings.warn(
-            f"no trainable batch after drop+floor ({len(rows)} rows < one mini-batch of {mini_batch_rows(cfg)} "
-            "rows); skipping this training step",
-            EmptyBatchWarning,
-            stacklevel=2,
-        )
+    selection = plan_selection(rows, cfg, seed=seed, stacklevel=3)
     return selection.batch, selection.metrics
 
 
-def plan_selection(rows: DataProto, cfg: DictConfig, *, seed: int | None = None) -> Selection:
-    """:func:`select_rows` with its reasons: which input rows are kept, and why each other row is dropped."""
+def plan_selection(rows: DataProto, cfg: DictConfig, *, seed: int | None = None, stacklevel: int = 2) -> Selection:
+    """:func:`select_rows` with its reasons: which input rows are kept, why each other row is dropped, and how many
+    rollouts are trained in part. An empty selection warns (``EmptyBatchWarning``, ``stacklevel`` counted from the
+    caller): the trainer skips that step."""
     if cfg.algorithm.adv_estimator == core_algos.AdvantageEstimator.REMAX:
         raise NotImplementedError("REMAX baseline not yet supported in AgentLightningRayPPOTrainer")
     seed = int(cfg.lab.seed) if seed is None else seed
@@ -131,7 +141,15 @@ def plan_selection(rows: DataProto, cfg: DictConfig, *, seed: int | None = None)
     fate[survivors] = FATES[0]
     fate[survivors[plan.dropped_same_reward]] = FATES[2]
     fate[survivors[plan.dropped_random]] = FATES[3]
-    return Selection(batch=batch, kept=kept, fate=fate, metrics={**metrics, **plan.metrics})
+    if len(kept) == 0:
+        warn_no_trainable_batch(n, mini_batch_rows(cfg), stacklevel=stacklevel)
+    return Selection(
+        batch=batch,
+        kept=kept,
+        fate=fate,
+        metrics={**metrics, **plan.metrics},
+        partially_dropped=partially_dropped_count(rows, kept),
+    )
 
 
 def _rows_for_plan(batch: DataProto, survivors: np.ndarray) -> DataProto:
@@ -150,13 +168,26 @@ def _rows_for_plan(batch: DataProto, survivors: np.ndarray) -> DataProto:
 def compute_advantages(
     batch: DataProto, cfg: DictConfig, *, kl_ctrl: Any | None = None, normalize: bool = True
 ) -> tuple[DataProto, dict[str, Any]]:
-    """Steps 3–5 on the rows that survived :func:`select_rows` (and got old log-probs, if a KL needs them).
+    """Steps 3–5 on the rows that survived :func:`select_rows` (:func:`rewards_and_advantages`, then the step's
+    metrics). ``normalize=False`` stops before step 5 (the trainer reads the advantages as estimated first, then
+    calls :func:`normalize_for_loss`)."""
+    batch, metrics = rewards_and_advantages(batch, cfg, kl_ctrl=kl_ctrl)
+    metrics.update(_group_metrics(batch))
+    metrics[metric_names.CRITIC_N_TRANSITION_AFTER_DROPPING] = len(batch)
+    metrics.update(compute_data_metrics(batch=batch, use_critic=False))
+    if normalize:
+        normalize_for_loss(batch, cfg)
+    return batch, metrics
 
-    ``kl_ctrl``: the trainer's KL controller when ``algorithm.use_kl_in_reward`` (a fixed one from the
-    config otherwise). Writes ``token_level_rewards``, ``advantages`` and ``returns`` into ``batch``.
-    ``normalize=False`` stops before step 5 (the trainer reads the advantages as estimated first, then calls
-    :func:`normalize_for_loss`).
-    """
+
+def rewards_and_advantages(
+    batch: DataProto, cfg: DictConfig, *, kl_ctrl: Any | None = None, rollout_level: bool | None = None
+) -> tuple[DataProto, dict[str, Any]]:
+    """Steps 3–4, the one implementation every caller shares (the trainer through :func:`compute_advantages`, the
+    weighting lab per rollout level): rewards (scores, or scores − β·KL with the trainer's ``kl_ctrl``, else a fixed
+    one from the config), rollout correction, advantage. ``rollout_level`` (default:
+    ``algorithm.enable_rollout_level_advantage``) picks step 4's branch. Writes ``token_level_rewards``,
+    ``advantages`` and ``returns`` into ``batch``."""
     algorithm = cfg.algorithm
     metrics: dict[str, Any] = {}
     if "token_level_scores" not in batch.batch.keys():
@@ -166,26 +197,17 @@ def compute_advantages(
     if algorithm.use_kl_in_reward:
         for key in ("old_log_probs", "ref_log_prob"):
             if key not in batch.batch.keys():
-                raise ValueError(
-                    f"algorithm.use_kl_in_reward needs batch[{key!r}]: compute log-probs first or set it to false"
-                )
+                raise ValueError(f"{USE_KL_IN_REWARD} needs batch[{key!r}]: compute log-probs first or set it to false")
         kl_ctrl = kl_ctrl if kl_ctrl is not None else core_algos.get_kl_controller(algorithm.kl_ctrl)
         batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=kl_ctrl, kl_penalty=algorithm.kl_penalty)
         metrics.update(kl_metrics)
     else:
         batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
     metrics.update(_rollout_correction(batch, algorithm))
-
-    batch, estimator_metrics = estimate_advantages(
-        batch, cfg, rollout_level=bool(algorithm.enable_rollout_level_advantage)
-    )
+    if rollout_level is None:
+        rollout_level = bool(algorithm.enable_rollout_level_advantage)
+    batch, estimator_metrics = estimate_advantages(batch, cfg, rollout_level=rollout_level)
     metrics.update(estimator_metrics)
-
-    metrics.update(_group_metrics(batch))
-    metrics["critic/n_transition_after_dropping"] = len(batch)
-    metrics.update(compute_data_metrics(batch=batch, use_critic=False))
-    if normalize:
-        normalize_for_loss(batch, cfg)
     return batch, metrics
 
 
@@ -279,7 +301,7 @@ def _group_metrics(batch: DataProto) -> dict[str, int]:
     codes = torch.from_numpy(groups.codes)  # (rows,)
     high = torch.full((groups.n_groups,), -torch.inf).scatter_reduce(0, codes, scores, "amax")  # (groups,)
     low = torch.full((groups.n_groups,), torch.inf).scatter_reduce(0, codes, scores, "amin")  # (groups,)
-    return {"training/n_groups": groups.n_groups, "training/n_zero_adv_groups": int((high - low == 0).sum())}
+    return {metric_names.N_GROUPS: groups.n_groups, metric_names.N_ZERO_ADV_GROUPS: int((high - low == 0).sum())}
 
 
 def _shallow_copy(rows: DataProto) -> DataProto:

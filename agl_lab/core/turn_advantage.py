@@ -28,6 +28,7 @@ from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 from agl_lab.core.groups import group_key, group_rows, non_tensor_ids, uniform_groups
+from agl_lab.core.keys import ROLLOUT_LEVEL
 from agl_lab.core.rows import require_finite_rows, require_matrix
 from agl_lab.core.turn_estimators import TURN_ESTIMATORS, is_turn_estimator
 from agl_lab.core.turns import broadcast_turns, turn_values
@@ -115,7 +116,7 @@ def rollout_level_problem(adv_estimator: Any, rollout_level: bool) -> tuple[str,
     return (
         f"{name} ({TURN_ESTIMATORS[name].label}) gives each turn its own advantage, but rollout-level advantage runs "
         "the estimator on one row per rollout and needs every row of a rollout to carry the same reward",
-        "set algorithm.enable_rollout_level_advantage=false",
+        f"set {ROLLOUT_LEVEL}=false",
     )
 
 

@@ -33,6 +33,15 @@ import torch
 from verl import DataProto
 
 from agl_lab.core.groups import as_arrays, group_key, group_rows, non_tensor_ids, uniform_groups
+from agl_lab.core.keys import CAP_DROP_UNIT, MAX_PPO_UPDATE_TIMES
+from agl_lab.core.metric_names import (
+    N_SAMPLE_COLLECTED,
+    N_SAMPLE_DROPPED_MARKED,
+    N_SAMPLE_DROPPED_RANDOM,
+    N_SAMPLE_DROPPED_SAME_REWARD,
+    N_SAMPLE_TRAINED,
+    PARTIALLY_DROPPED_ROLLOUTS,
+)
 from agl_lab.core.rows import require_matrix
 
 __all__ = [
@@ -43,9 +52,11 @@ __all__ = [
     "drop_marked_rows",
     "marked_rows_kept",
     "partially_dropped",
+    "partially_dropped_count",
     "plan_update_cap",
     "same_reward_rows",
     "take_rows",
+    "warn_no_trainable_batch",
 ]
 
 
@@ -55,6 +66,16 @@ DROP_UNITS = ("row", "rollout")
 
 class EmptyBatchWarning(UserWarning):
     """Nothing is left to train on after the drops; the step should be skipped."""
+
+
+def warn_no_trainable_batch(n_rows: int, mini_batch_size: int, *, stacklevel: int = 2) -> None:
+    """Agent Lightning's warning for a step the drops empty (its text, with the counts); every caller warns here."""
+    warnings.warn(
+        f"no trainable batch after drop+floor ({n_rows} rows < one mini-batch of {mini_batch_size} rows); "
+        "skipping this training step",
+        EmptyBatchWarning,
+        stacklevel=stacklevel + 1,
+    )
 
 
 def drop_marked_rows(batch: DataProto) -> tuple[DataProto, dict[str, int]]:
@@ -69,14 +90,14 @@ def marked_rows_kept(batch: DataProto) -> tuple[np.ndarray, dict[str, int]]:
     ``training/n_sample_dropped/marked`` is logged only when the batch has ``is_drop_mask``, as Agent Lightning does.
     """
     n = len(batch)
-    metrics = {"training/n_sample_collected": n}
+    metrics = {N_SAMPLE_COLLECTED: n}
     if batch.batch is None or "is_drop_mask" not in batch.batch.keys():
         return np.arange(n, dtype=np.int64), metrics
     marked = batch.batch["is_drop_mask"]
     if marked.shape != (n,):
         raise ValueError(f"batch['is_drop_mask'] must have shape ({n},) (one flag per row), got {tuple(marked.shape)}")
     keep = np.flatnonzero(~marked.bool().cpu().numpy()).astype(np.int64)  # (kept,)
-    metrics["training/n_sample_dropped/marked"] = n - len(keep)
+    metrics[N_SAMPLE_DROPPED_MARKED] = n - len(keep)
     return keep, metrics
 
 
@@ -91,9 +112,9 @@ class CapPlan:
     @property
     def metrics(self) -> dict[str, int]:
         return {
-            "training/n_sample_dropped/same_reward": len(self.dropped_same_reward),
-            "training/n_sample_dropped/random": len(self.dropped_random),
-            "training/n_sample_trained": len(self.kept),
+            N_SAMPLE_DROPPED_SAME_REWARD: len(self.dropped_same_reward),
+            N_SAMPLE_DROPPED_RANDOM: len(self.dropped_random),
+            N_SAMPLE_TRAINED: len(self.kept),
         }
 
 
@@ -120,12 +141,7 @@ def apply_update_cap(
     if len(plan.kept) < len(batch):
         batch = take_rows(batch, plan.kept)
     if len(batch) == 0:
-        warnings.warn(
-            f"no trainable batch after drop+floor ({len(plan.dropped_random) + len(plan.dropped_same_reward)} rows "
-            f"< one mini-batch of {mini_batch_size} rows); skipping this training step",
-            EmptyBatchWarning,
-            stacklevel=2,
-        )
+        warn_no_trainable_batch(len(plan.dropped_random) + len(plan.dropped_same_reward), mini_batch_size)
     return batch, plan.metrics
 
 
@@ -139,7 +155,7 @@ def plan_update_cap(
 ) -> CapPlan:
     """What :func:`apply_update_cap` keeps and drops, without touching ``batch``: the trainer's draw, with reasons."""
     if drop_unit not in DROP_UNITS:
-        raise ValueError(f"lab.cap_drop_unit must be one of {list(DROP_UNITS)}, got {drop_unit!r}")
+        raise ValueError(f"{CAP_DROP_UNIT} must be one of {list(DROP_UNITS)}, got {drop_unit!r}")
     if isinstance(mini_batch_size, bool) or not isinstance(mini_batch_size, int | np.integer) or mini_batch_size < 1:
         raise ValueError(
             f"mini_batch_size must be a positive number of rows (ppo_mini_batch_size × rollout.n), "
@@ -151,7 +167,7 @@ def plan_update_cap(
         or max_ppo_update_times < 1
     ):
         raise ValueError(
-            f"agentlightning.max_ppo_update_times must be null (no cap) or an integer >= 1, "
+            f"{MAX_PPO_UPDATE_TIMES} must be null (no cap) or an integer >= 1, "
             f"got {max_ppo_update_times!r}; Agent Lightning recommends 2"
         )
     n = len(batch)
@@ -188,8 +204,22 @@ def partially_dropped(rows: DataProto, kept: DataProto) -> dict[str, int]:
     everyone = group_rows(non_tensor_ids(rows, "rollout_id_list"), field="rollout_id_list")
     lookup = pd.Index(everyone.ids)
     codes = lookup.get_indexer(non_tensor_ids(kept, "rollout_id_list"))  # (kept,) its rollout among rows'
-    some = np.bincount(codes, minlength=everyone.n_groups)  # (rollouts,) rows kept
-    return {"lab/partially_dropped_rollouts": int(((some > 0) & (some < everyone.sizes)).sum())}
+    return {PARTIALLY_DROPPED_ROLLOUTS: _partial(everyone.sizes, codes)}
+
+
+def partially_dropped_count(rows: DataProto, kept: np.ndarray) -> int | None:
+    """How many rollouts of ``rows`` keep some but not all of their rows, ``kept`` being (kept,) indices into
+    ``rows``; None without ``rollout_id_list``. The pipeline's :class:`~agl_lab.core.pipeline.Selection` counts here."""
+    if "rollout_id_list" not in rows.non_tensor_batch:
+        return None
+    rollouts = group_rows(non_tensor_ids(rows, "rollout_id_list"), field="rollout_id_list")
+    return _partial(rollouts.sizes, rollouts.codes[kept])
+
+
+def _partial(sizes: np.ndarray, kept_codes: np.ndarray) -> int:
+    """Rollouts (of ``sizes`` rows each) with some but not all rows among ``kept_codes`` (each kept row's rollout)."""
+    some = np.bincount(kept_codes, minlength=len(sizes))  # (rollouts,) rows kept
+    return int(((some > 0) & (some < sizes)).sum())
 
 
 def _whole_rollouts(
@@ -198,8 +228,8 @@ def _whole_rollouts(
     """The rows ``drop_unit="rollout"`` drops (module docstring): (same-reward rows, others)."""
     if "rollout_id_list" not in batch.non_tensor_batch:
         raise ValueError(
-            "lab.cap_drop_unit=rollout needs non_tensor_batch['rollout_id_list'] (which rows form one rollout): add "
-            "it, or use lab.cap_drop_unit=row"
+            f"{CAP_DROP_UNIT}=rollout needs non_tensor_batch['rollout_id_list'] (which rows form one rollout): add "
+            f"it, or use {CAP_DROP_UNIT}=row"
         )
     rollouts = group_rows(non_tensor_ids(batch, "rollout_id_list"), field="rollout_id_list")
     sizes = rollouts.sizes  # (rollouts,)
@@ -219,9 +249,9 @@ def _whole_rollouts(
         members = np.flatnonzero(rollouts.codes == last)
         spared = np.sort(rng.permutation(members)[:n_kept])
         warnings.warn(
-            f"lab.cap_drop_unit=rollout: rollout {str(rollouts.ids[last])!r} has {len(members)} rows, more than the "
+            f"{CAP_DROP_UNIT}=rollout: rollout {str(rollouts.ids[last])!r} has {len(members)} rows, more than the "
             f"{n_kept} this step may train; {n_kept} of its rows are trained (it counts in "
-            "lab/partially_dropped_rollouts) rather than skipping the step",
+            f"{PARTIALLY_DROPPED_ROLLOUTS}) rather than skipping the step",
             stacklevel=4,
         )
         rows = np.setdiff1d(rows, spared, assume_unique=True)

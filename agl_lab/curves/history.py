@@ -31,6 +31,7 @@ import pandas as pd
 import yaml
 
 from agl_lab.config import arguments
+from agl_lab.core.keys import EXPERIMENT_NAME, SEED
 from agl_lab.curves.history_table import COLUMNS, NonFiniteWarning, finish, gap, long_table, warn_non_finite
 from agl_lab.curves.wandb_csv import csv_steps
 from agl_lab.curves.wandb_offline import find_offline_runs, read_offline_run
@@ -98,8 +99,8 @@ def _read_run_file(path: Path, name: str, *, setting: str | None, seed: int | No
         ((f"{file}, line {n}", row.get("step"), row) for n, row in rows),
         source="agl_lab",
         run=path.name,
-        setting=setting or _get(config, "trainer.experiment_name") or path.name,
-        seed=seed if seed is not None else _get(config, "lab.seed"),
+        setting=setting or _get(config, EXPERIMENT_NAME) or path.name,
+        seed=seed if seed is not None else _get(config, SEED),
         origin=file,
     )
 
@@ -124,8 +125,8 @@ def read_wandb_offline(path: str | Path, *, include_incomplete: bool = False) ->
                 ((f"{file}, history record {i}", row.get("_step"), row) for i, row in enumerate(run.history, 1)),
                 source="wandb-offline",
                 run=run.run_id,
-                setting=_get(run.config, "trainer.experiment_name") or run.name or run.run_id,
-                seed=_get(run.config, "lab.seed"),
+                setting=_get(run.config, EXPERIMENT_NAME) or run.name or run.run_id,
+                seed=_get(run.config, SEED),
                 origin=file,
                 strict=False,
             )
@@ -154,8 +155,8 @@ def read_wandb_online(run_path: str, *, api: Any | None = None) -> pd.DataFrame:
         ((f"W&B run {run_path}, history row {i}", row.get("_step"), row) for i, row in rows),
         source="wandb",
         run=run.id,
-        setting=_get(config, "trainer.experiment_name") or run.name,
-        seed=_get(config, "lab.seed"),
+        setting=_get(config, EXPERIMENT_NAME) or run.name,
+        seed=_get(config, SEED),
         origin=f"W&B run {run_path}",
         strict=False,
     )

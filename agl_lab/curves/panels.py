@@ -13,6 +13,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agl_lab.config.modes import LOSS_MODES
+from agl_lab.core.metric_names import (
+    CRITIC_SCORE_MEAN,
+    LOSS_SCALE_PER_MINI_BATCH,
+    N_ROLLOUTS,
+    N_SAMPLE,
+    N_SAMPLE_DROPPED_RANDOM,
+    N_SAMPLE_DROPPED_SAME_REWARD,
+    REWARD,
+    SUCCESS_RATE,
+)
 from agl_lab.curves.metrics import metric_info
 
 __all__ = ["PANELS", "Panel", "first_present", "panel_lines", "panel_reference", "panel_ylabel", "usable_panels"]
@@ -39,23 +49,23 @@ PANELS: dict[str, Panel] = {
         "success per rollout vs score per row, by setting",
         # verl's score is a mean over trained rows: a rollout split into k rows counts k times, and failing rollouts
         # split more, so it sits below the per-rollout success on the same batch.
-        ("lab/success_rate|training/reward", "critic/score/mean"),
+        (f"{SUCCESS_RATE}|{REWARD}", CRITIC_SCORE_MEAN),
         "success / score",
     ),
     "rows_vs_rollouts": Panel(
         "rows vs rollouts per step, by setting",
-        ("training/n_sample", "training/n_rollouts"),
+        (N_SAMPLE, N_ROLLOUTS),
         "rows or rollouts per step",
         "count",
     ),
     "drops": Panel(
         "rows dropped per step (same-reward groups vs random), by setting",
-        ("training/n_sample_dropped/same_reward", "training/n_sample_dropped/random"),
+        (N_SAMPLE_DROPPED_SAME_REWARD, N_SAMPLE_DROPPED_RANDOM),
         "rows dropped per step",
     ),
     "loss_scale": Panel(
         "loss scale per PPO mini-batch, by setting",
-        ("lab/loss_scale_per_mini_batch",),
+        (LOSS_SCALE_PER_MINI_BATCH,),
         "loss scale per PPO mini-batch",
         reference="token-mean",
     ),

@@ -15,9 +15,19 @@ import math
 import numpy as np
 import pandas as pd
 
+from agl_lab.core.metric_names import (
+    N_ROLLOUTS,
+    N_SAMPLE,
+    N_SAMPLE_DROPPED_RANDOM,
+    N_SAMPLE_DROPPED_SAME_REWARD,
+    N_SAMPLE_TRAINED,
+    PPO_UPDATES,
+    SUCCESS_RATE,
+)
+
 __all__ = ["SUCCESS", "WINDOWS", "markdown_table", "number", "success_first_last", "summarize", "window_mean"]
 
-SUCCESS = "lab/success_rate"
+SUCCESS = SUCCESS_RATE
 # The windows of a run's steps a value is averaged over (k = a fifth of the run's steps, at least one).
 WINDOWS = {
     "first_20pct": "the mean over the first 20% of the run's steps",
@@ -92,9 +102,9 @@ def _run_summary(run: pd.DataFrame) -> dict[str, float]:
     out: dict[str, float] = {"steps": float(len(run))}
     if SUCCESS in run:
         out["success_first_20pct"], out["success_last_20pct"] = success_first_last(run[SUCCESS])
-    out["rows_per_rollout"] = float((column("training/n_sample") / column("training/n_rollouts")).mean())
-    out["rows_trained_per_step"] = float(column("training/n_sample_trained").mean())
-    out["dropped_same_reward"] = float(column("training/n_sample_dropped/same_reward").sum())
-    out["dropped_random"] = float(column("training/n_sample_dropped/random").sum())
-    out["updates_per_step"] = float(column("lab/ppo_updates").mean())
+    out["rows_per_rollout"] = float((column(N_SAMPLE) / column(N_ROLLOUTS)).mean())
+    out["rows_trained_per_step"] = float(column(N_SAMPLE_TRAINED).mean())
+    out["dropped_same_reward"] = float(column(N_SAMPLE_DROPPED_SAME_REWARD).sum())
+    out["dropped_random"] = float(column(N_SAMPLE_DROPPED_RANDOM).sum())
+    out["updates_per_step"] = float(column(PPO_UPDATES).mean())
     return out

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from agl_lab.core.keys import ROLLOUT_DATA_DIR
 from agl_lab.files.batch_io import META_FILE, TENSORS_FILE, BatchFileError
 from agl_lab.files.run_rows import RUN_COLUMNS, read_safe_batch, rows_from_batch, tidy
 from agl_lab.files.verl_dump import read_verl_step
@@ -116,7 +117,7 @@ def run_source(path: str | os.PathLike) -> str:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(
-            f"no batch or run at {path}: give a run (verl's trainer.rollout_data_dir, <step>.parquet/.csv tables, an "
+            f"no batch or run at {path}: give a run (verl's {ROLLOUT_DATA_DIR}, <step>.parquet/.csv tables, an "
             "agl_lab run directory), a batch (save_batch's folder; a verl dump with trusted=True) or a table"
         )
     if path.is_dir():
@@ -136,7 +137,7 @@ def run_source(path: str | os.PathLike) -> str:
             )
         raise BatchFileError(
             f"{path} is neither a batch (no {META_FILE}: save one with agl_lab.files.batch_io.save_batch) nor a run "
-            "(no <step>.jsonl files as verl's trainer.rollout_data_dir holds, no <step>.parquet or <step>.csv tables, "
+            f"(no <step>.jsonl files as verl's {ROLLOUT_DATA_DIR} holds, no <step>.parquet or <step>.csv tables, "
             "no metrics.jsonl as agl-lab train writes)"
         )
     if path.name in (META_FILE, TENSORS_FILE):

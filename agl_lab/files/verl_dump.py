@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from agl_lab.core.keys import ROLLOUT_DATA_DIR
 from agl_lab.files.batch_io import BatchFileError
 from agl_lab.files.run_rows import tidy
 
@@ -52,7 +53,7 @@ def read_verl_step(
         return tidy(step=step, group=[], trajectory=[], response_tokens=[], reward=[], advantage=[], kept=[])
     if "score" not in dump.columns:
         raise BatchFileError(
-            f"{file} has no 'score' field: verl's rollout dump (trainer.rollout_data_dir) writes one "
+            f"{file} has no 'score' field: verl's rollout dump ({ROLLOUT_DATA_DIR}) writes one "
             f"per row; this file has {sorted(dump.columns)}"
         )
     for name, column in (("trajectory_column", trajectory_column), ("group_column", group_column)):

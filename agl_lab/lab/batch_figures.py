@@ -12,7 +12,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from agl_lab.lab.class_stats import fates_by_class, partially_dropped_rollouts
+from agl_lab.core.metric_names import PARTIALLY_DROPPED_ROLLOUTS
+from agl_lab.lab.class_stats import fates_by_class
 
 __all__ = [
     "FATE_STYLE",
@@ -94,11 +95,9 @@ def _cap_fates(counts: pd.DataFrame) -> list[str]:
 
 def _cap_title(rows: pd.DataFrame) -> str:
     kept = rows["fate"] == "kept"
-    partial = partially_dropped_rollouts(rows)
-    return (
-        f"Rows kept for the update: {int(kept.sum())} of {len(rows)}\n"
-        f"({partial} rollouts lose some but not all of their rows)"
-    )
+    partial = rows.attrs.get(PARTIALLY_DROPPED_ROLLOUTS)  # counted once, by the pipeline's Selection
+    title = f"Rows kept for the update: {int(kept.sum())} of {len(rows)}"
+    return title if partial is None else f"{title}\n({partial} rollouts lose some but not all of their rows)"
 
 
 def empty_note(ax: Axes, text: str) -> None:

@@ -24,7 +24,6 @@ __all__ = [
     "class_weights",
     "fate_counts",
     "fates_by_class",
-    "partially_dropped_rollouts",
     "row_classes",
     "size_counts",
     "weights_by_class",
@@ -145,10 +144,3 @@ def fates_by_class(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     cell = np.searchsorted(present, classes) * len(FATES) + fate
     counts = np.bincount(cell, minlength=len(present) * len(FATES)).reshape(len(present), len(FATES))
     return pd.DataFrame(counts, index=present, columns=list(FATES)), [labels[c] for c in present]
-
-
-def partially_dropped_rollouts(rows: pd.DataFrame) -> int:
-    """Rollouts that lose some but not all of their rows (under per_rollout_mean they renormalize over fewer)."""
-    kept = rows["fate"] == "kept"
-    per_rollout = kept.groupby(rows["rollout_id"], sort=False).agg(["any", "all"])
-    return int((per_rollout["any"] & ~per_rollout["all"]).sum())

@@ -27,8 +27,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from verl import DataProto
 
-from agl_lab.config.settings import MINI_BATCH, ROLLOUT_N
 from agl_lab.core.aggregation import aggregate, aggregation_limits
+from agl_lab.core.keys import MINI_BATCH, ROLLOUT_N, TRAIN_BATCH
 from agl_lab.lab.examples import example_rows
 from agl_lab.lab.synthetic import SyntheticKnobs, knob_range, synthetic_rollouts
 
@@ -86,7 +86,7 @@ def example_batch(cfg: DictConfig) -> ExampleBatch:
             cfg,
             (
                 f"Example batch: the built-in one, {len(rows)} rows from 6 rollouts of 2 prompts (1-3 rows each; "
-                f"failing rollouts took more calls): one step of data.train_batch_size={prompts} x rollout.n={n}",
+                f"failing rollouts took more calls): one step of {TRAIN_BATCH}={prompts} x rollout.n={n}",
             ),
         )
     k, exact = _sample_factor(prompts, mini, n)
@@ -117,10 +117,10 @@ def example_batch(cfg: DictConfig) -> ExampleBatch:
         reward_fillna_value=limits["reward_fillna_value"],
     )
     run_cfg = copy.deepcopy(cfg)
-    OmegaConf.update(run_cfg, "data.train_batch_size", sampled_prompts)
+    OmegaConf.update(run_cfg, TRAIN_BATCH, sampled_prompts)
     OmegaConf.update(run_cfg, MINI_BATCH, sampled_mini)
     lines = [
-        f"Example batch: one step of data.train_batch_size={prompts} x rollout.n={n} = {prompts * n} rollouts, "
+        f"Example batch: one step of {TRAIN_BATCH}={prompts} x rollout.n={n} = {prompts * n} rollouts, "
         f"synthetic, aggregated at the {level} level under the config's limits "
         f"(prompt {limits['max_prompt_length']}, response {limits['max_response_length']}"
         + ("" if total is None else f", total {total}")

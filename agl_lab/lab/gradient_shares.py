@@ -20,18 +20,18 @@ Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from verl import DataProto
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
 from verl.utils.config import omega_conf_to_dataclass
 
-from agl_lab.config.modes import mode_settings, trainable_modes
+from agl_lab.config.modes import trainable_modes
+from agl_lab.config.settings import configure, setting_overrides
 from agl_lab.core.pipeline import compute_advantages
 from agl_lab.core.rows import trainable_tokens
 from agl_lab.lab.weighting import analyze_weighting
@@ -162,8 +162,4 @@ def _per_rollout(raw, mode: str, level: bool, y: np.ndarray, projections, norm) 
 
 
 def _with_settings(cfg: DictConfig, mode: str, rollout_level: bool) -> DictConfig:
-    out = copy.deepcopy(cfg)
-    for key, value in mode_settings(mode).items():
-        OmegaConf.update(out, key, value)
-    out.algorithm.enable_rollout_level_advantage = rollout_level
-    return out
+    return configure(cfg, setting_overrides(rollout_level=rollout_level, mode=mode))

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from verl import DataProto
 
 from agl_lab.config.modes import LOSS_MODES, weighing_mode
+from agl_lab.core.metric_names import MULTI_ROW_MASS_SHARE, MULTI_ROW_OVERWEIGHT, MULTI_ROW_ROLLOUT_SHARE
 from agl_lab.core.weights import TokenLayout
 from agl_lab.lab.loss_scale import token_layout
 
@@ -37,7 +38,7 @@ def multi_row_mass(batch: DataProto, cfg: DictConfig, *, layout: TokenLayout | N
     layout = token_layout(batch, cfg) if layout is None else layout
     rows = np.bincount(layout.rollout)  # (rollouts,) trained rows of each rollout (codes are dense)
     multi = rows >= 2  # (rollouts,)
-    metrics = {"lab/multi_row_rollout_share": float(multi.mean())}
+    metrics = {MULTI_ROW_ROLLOUT_SHARE: float(multi.mean())}
     mode = weighing_mode(cfg)
     if mode is None:
         return metrics
@@ -45,6 +46,6 @@ def multi_row_mass(batch: DataProto, cfg: DictConfig, *, layout: TokenLayout | N
     total = float(mass.sum())
     if not total > 0:
         return metrics
-    metrics["lab/multi_row_mass_share"] = float(mass[multi].sum()) / total
-    metrics["lab/multi_row_overweight"] = metrics["lab/multi_row_mass_share"] - metrics["lab/multi_row_rollout_share"]
+    metrics[MULTI_ROW_MASS_SHARE] = float(mass[multi].sum()) / total
+    metrics[MULTI_ROW_OVERWEIGHT] = metrics[MULTI_ROW_MASS_SHARE] - metrics[MULTI_ROW_ROLLOUT_SHARE]
     return metrics

@@ -1,9 +1,9 @@
 """How much each rollout weighs in the policy gradient, under every loss mode of the catalogue.
 
 For one batch of rows the analysis runs the trainer's own steps: drops and mini-batch alignment with the
-update cap (:func:`agl_lab.core.pipeline.plan_selection`), rewards, then the advantage, rollout-level
-(:func:`agl_lab.compute_rollout_level_advantage`) or verl's ``compute_advantage``. Each kept token then gets
-its mode's weight ``w`` (:mod:`agl_lab.core.weights`; the modes and their formulas are the catalogue
+update cap (:func:`agl_lab.core.pipeline.plan_selection`), then rewards and the advantage, rollout-level or
+verl's (:func:`agl_lab.core.pipeline.rewards_and_advantages`, the trainer's one implementation). Each kept token
+then gets its mode's weight ``w`` (:mod:`agl_lab.core.weights`; the modes and their formulas are the catalogue
 :data:`agl_lab.LOSS_MODES`). At ratio 1 (a step's first update) the gradient is ``−Σ w·A·∇log π``:
 
 * ``weight`` of a rollout, ``Σ w`` over its kept tokens: its policy-gradient mass for a unit advantage;
@@ -20,7 +20,6 @@ Tables are built on first use; the live panel reads arrays (:meth:`Weighting.vie
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,10 +31,10 @@ from verl.trainer.ppo.ray_trainer import compute_response_mask
 from agl_lab.config.modes import LOSS_MODES
 from agl_lab.core import weights as core_weights
 from agl_lab.core.groups import group_rows
-from agl_lab.core.pipeline import estimate_advantages, mini_batch_rows, plan_selection
+from agl_lab.core.keys import USE_KL_IN_REWARD
+from agl_lab.core.pipeline import plan_selection, rewards_and_advantages
 from agl_lab.core.rows import require_fields
 from agl_lab.core.turn_estimators import is_turn_estimator
-from agl_lab.core.update_cap import EmptyBatchWarning
 from agl_lab.lab.compact_rows import OUTCOME_ESTIMATORS, CompactRows, compact_rows
 from agl_lab.lab.loss_scale import layout_settings
 from agl_lab.lab.weighting_result import RolloutView, Weighting
@@ -75,7 +74,7 @@ def analyze_weighting(
     if cfg.algorithm.get("use_kl_in_reward", False):
         raise ValueError(
             "the weighting analysis computes advantages without a KL penalty in the reward (it has no log-probs): "
-            "set algorithm.use_kl_in_reward=false (Agent Lightning's examples do)"
+            f"set {USE_KL_IN_REWARD}=false (Agent Lightning's examples do)"
         )
     if rollout_levels is None:
         rollout_levels = (False,) if is_turn_estimator(cfg.algorithm.adv_estimator) else (True, False)
@@ -93,15 +92,8 @@ def analyze_weighting(
         work = compact.data_proto() if outcome else _full(rows)
     rollouts = group_rows(compact.rollout_id, field="rollout_id_list")
     groups = group_rows(compact.data_id, field="data_id_list").codes if compact.data_id is not None else None
-    selection = plan_selection(work, cfg, seed=seed)
+    selection = plan_selection(work, cfg, seed=seed, stacklevel=3)  # warns when nothing is left, as the trainer does
     index = selection.kept
-    if len(index) == 0:
-        warnings.warn(
-            f"no trainable batch after drop+floor ({len(compact)} rows < one mini-batch of {mini_batch_rows(cfg)} "
-            "rows); the trainer skips this step",
-            EmptyBatchWarning,
-            stacklevel=2,
-        )
     settings = layout_settings(cfg, response_width=compact.response_width, dp_size=dp_size)
     layout = core_weights.token_layout(
         compact.tokens[index], rollouts.codes[index], group=None if groups is None else groups[index], **settings
@@ -117,6 +109,7 @@ def analyze_weighting(
         rollout_groups=rollouts,
         kept=index,
         fate=selection.fate,
+        partially_dropped=selection.partially_dropped,
         layout=layout,
         token_weights=token_weights,
         advantages=advantages,
@@ -147,12 +140,12 @@ def _full(rows: DataProto) -> DataProto:
 def _row_advantages(
     batch: DataProto, cfg: DictConfig, *, rollout_level: bool, outcome: bool
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """Trainer steps 3–4 (rewards = scores, then the advantage) on a copy; each row's mean advantage per token."""
+    """The trainer's steps 3–4 (:func:`agl_lab.core.pipeline.rewards_and_advantages`) on a copy; each row's mean
+    advantage per token."""
     if len(batch) == 0:
         return np.zeros(0), {}
     work = DataProto(batch=batch.batch.copy(), non_tensor_batch=dict(batch.non_tensor_batch), meta_info={})
-    work.batch["token_level_rewards"] = work.batch["token_level_scores"]
-    work, metrics = estimate_advantages(work, cfg, rollout_level=rollout_level)  # rollout-level, per-turn or verl's
+    work, metrics = rewards_and_advantages(work, cfg, rollout_level=rollout_level)  # rollout-level, per-turn or verl's
     mask = work.batch["response_mask"]  # (kept, R): R = 1 for compact rows
     if outcome:
         return work.batch["advantages"][:, 0].double().numpy(), metrics

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from agl_lab.core.groups import RolloutGroups
+from agl_lab.core.metric_names import PARTIALLY_DROPPED_ROLLOUTS
 from agl_lab.core.weights import TokenLayout
 from agl_lab.lab.compact_rows import CompactRows
 
@@ -50,6 +51,7 @@ class Weighting:
     rollout_groups: RolloutGroups  # input rows by rollout
     kept: np.ndarray  # (kept,) input row of each kept row, in the trainer's order
     fate: np.ndarray  # (rows,) object: one of agl_lab.core.pipeline.FATES
+    partially_dropped: int | None  # rollouts trained in part, as the pipeline's Selection counted them
     layout: TokenLayout  # the kept rows as the update splits them
     token_weights: dict[str, np.ndarray]  # mode -> (kept,) weight of each trainable token of the row
     advantages: dict[bool, np.ndarray]  # rollout_level -> (kept,) the row's mean advantage per token
@@ -136,7 +138,7 @@ class Weighting:
             column = np.full(n, -1, dtype=np.int64)
             column[self.kept] = values
             batches[name] = column
-        return pd.DataFrame(
+        frame = pd.DataFrame(
             {
                 "row": np.arange(n),
                 "rollout_id": self.compact.rollout_id,
@@ -148,6 +150,8 @@ class Weighting:
                 **batches,
             }
         )
+        frame.attrs[PARTIALLY_DROPPED_ROLLOUTS] = self.partially_dropped  # the Selection's count, for the cap figure
+        return frame
 
     @cached_property
     def rollouts(self) -> pd.DataFrame:

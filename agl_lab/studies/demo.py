@@ -28,6 +28,7 @@ from pathlib import Path
 from agl_lab.config.arguments import string_list
 from agl_lab.config.compose import short_run_config
 from agl_lab.config.settings import DEMO_SETTINGS
+from agl_lab.core.keys import SEED
 from agl_lab.curves.bands import Band
 from agl_lab.curves.effects import compare_settings, default_baseline
 from agl_lab.curves.figures import save_panels
@@ -55,7 +56,7 @@ def run_demo(
     dotlist = string_list(dotlist, name="dotlist", what="Hydra overrides like 'key.path=value'")
     seed = int(short_run_config(dotlist=dotlist).lab.seed)
     # the seed is the demo's one sweep seed; the sweep refuses it as an item (it sets every cell's own)
-    rest = [item for item in dotlist if item.partition("=")[0].lstrip("+") != "lab.seed"]
+    rest = [item for item in dotlist if item.partition("=")[0].lstrip("+") != SEED]
     result = run_sweep(settings, [seed], sweep_dir=out, dotlist=rest, executor="serial", progress=progress)
     return save_results(result, out)  # effects against both_off (default_baseline) when the settings have it
 

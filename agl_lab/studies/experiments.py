@@ -19,6 +19,26 @@ import pandas as pd
 from agl_lab.config.dotlist import format_dotlist
 from agl_lab.config.settings import DEMO_SETTINGS, setting_overrides
 from agl_lab.config.task_rows import lock_row_lengths
+from agl_lab.core.keys import (
+    CAP_DROP_UNIT,
+    ESTIMATOR,
+    MAX_PPO_UPDATE_TIMES,
+    MAX_PROMPT_LENGTH,
+    MAX_RESPONSE_LENGTH,
+    TRACE_LEVEL,
+    TRAJECTORY_MAX_PROMPT,
+    TRAJECTORY_MAX_RESPONSE,
+    TURN_COST,
+)
+from agl_lab.core.metric_names import (
+    MEAN_TURNS,
+    MULTI_ROW_MASS_SHARE,
+    MULTI_ROW_OVERWEIGHT,
+    N_SAMPLE_DROPPED_RANDOM,
+    N_SAMPLE_DROPPED_SAME_REWARD,
+    PPO_UPDATES,
+    RESPONSE_LENGTH_FAILED,
+)
 from agl_lab.curves.summary import SUCCESS
 
 __all__ = ["EXPERIMENTS", "Check", "Experiment", "experiment_table"]
@@ -53,12 +73,11 @@ class Experiment:
     note: str = ""
 
 
-def _mode(mode: str, *, rollout_level: bool, cap: int | None = None, level: str | None = None) -> tuple[str, ...]:
-    items = tuple(format_dotlist(setting_overrides(rollout_level=rollout_level, mode=mode, cap=cap)))
-    return items if level is None else (*items, f"{_LEVEL}={level}")
+def _mode(mode: str, *, rollout_level: bool, level: str | None = None) -> tuple[str, ...]:
+    items = tuple(format_dotlist(setting_overrides(rollout_level=rollout_level, mode=mode, max_ppo_update_times=None)))
+    return items if level is None else (*items, f"{TRACE_LEVEL}={level}")
 
 
-_LEVEL = "agentlightning.trace_aggregator.level"
 _VERL_7580 = "https://github.com/verl-project/verl/pull/7580"
 # weighting-proposals: the settings it trains (each its own loss mode's diagnostics) and the baseline they face
 _PROPOSALS = {
@@ -73,11 +92,10 @@ _GAP, _ESS, _COSINE = "lab/diagnostics/gap", "lab/diagnostics/ess_fraction", "la
 # turn-index-bias: per-turn credit (rollout-level off) beside rollout-level advantage, one loss for all
 _RFC_7244 = "https://github.com/verl-project/verl/issues/7244"
 _TURNS = {
-    name: (*_mode("per_rollout_mean:rows", rollout_level=name == "rollout_level"), f"algorithm.adv_estimator={est}")
+    name: (*_mode("per_rollout_mean:rows", rollout_level=name == "rollout_level"), f"{ESTIMATOR}={est}")
     for name, est in (("mt_grpo", "mt_grpo"), ("mt_grpo_fix", "mt_grpo_fix"), ("rollout_level", "grpo"),
                       ("turn_grpo", "turn_grpo"))
 }  # fmt: skip
-_TURNS_PER_ROLLOUT = "lab/mean_turns"
 
 
 # The lock task reads only an answer's first word, so its length is free up to the per-call budget; the short-run
@@ -98,13 +116,13 @@ EXPERIMENTS: dict[str, Experiment] = {
                 "per_rollout_mean": _mode("per_rollout_mean:rows", rollout_level=True),
             },
             (
-                Check("token-mean", "lab/multi_row_overweight", "higher", baseline="per_rollout_mean"),
-                Check("seq-mean-token-mean", "lab/multi_row_overweight", "higher", baseline="per_rollout_mean"),
-                Check("per_rollout_mean", "lab/multi_row_overweight", "zero"),
+                Check("token-mean", MULTI_ROW_OVERWEIGHT, "higher", baseline="per_rollout_mean"),
+                Check("seq-mean-token-mean", MULTI_ROW_OVERWEIGHT, "higher", baseline="per_rollout_mean"),
+                Check("per_rollout_mean", MULTI_ROW_OVERWEIGHT, "zero"),
             ),
             shown=(
-                Check("token-mean", "lab/multi_row_mass_share", "none", baseline="per_rollout_mean"),
-                Check("seq-mean-token-mean", "lab/multi_row_mass_share", "none", baseline="per_rollout_mean"),
+                Check("token-mean", MULTI_ROW_MASS_SHARE, "none", baseline="per_rollout_mean"),
+                Check("seq-mean-token-mean", MULTI_ROW_MASS_SHARE, "none", baseline="per_rollout_mean"),
                 Check("token-mean", SUCCESS, "none", "last_20pct", baseline="per_rollout_mean"),
                 Check("seq-mean-token-mean", SUCCESS, "none", "last_20pct", baseline="per_rollout_mean"),
             ),
@@ -124,15 +142,15 @@ EXPERIMENTS: dict[str, Experiment] = {
             (
                 Check(
                     "seq-mean-token-mean",
-                    "lab/response_length_failed",
+                    RESPONSE_LENGTH_FAILED,
                     "higher",
                     "last_minus_first",
                     baseline="seq-mean-token-sum-norm",
                 ),
-                Check("seq-mean-token-mean", "lab/response_length_failed", "higher", "last_minus_first"),
+                Check("seq-mean-token-mean", RESPONSE_LENGTH_FAILED, "higher", "last_minus_first"),
             ),  # fmt: skip
             shown=(
-                Check("seq-mean-token-sum-norm", "lab/response_length_failed", "none", "last_minus_first"),
+                Check("seq-mean-token-sum-norm", RESPONSE_LENGTH_FAILED, "none", "last_minus_first"),
                 Check(
                     "seq-mean-token-mean",
                     "lab/response_length_solved",
@@ -143,10 +161,10 @@ EXPERIMENTS: dict[str, Experiment] = {
                 Check("seq-mean-token-mean", SUCCESS, "none", "last_20pct", baseline="seq-mean-token-sum-norm"),
             ),  # fmt: skip
             dotlist=(
-                "data.max_response_length=16",
-                f"data.max_prompt_length={_LONG['transition_prompt']}",
-                f"agentlightning.trace_aggregator.trajectory_max_prompt_length={_LONG['trajectory_prompt']}",
-                f"agentlightning.trace_aggregator.trajectory_max_response_length={_LONG['trajectory_response']}",
+                f"{MAX_RESPONSE_LENGTH}=16",
+                f"{MAX_PROMPT_LENGTH}={_LONG['transition_prompt']}",
+                f"{TRAJECTORY_MAX_PROMPT}={_LONG['trajectory_prompt']}",
+                f"{TRAJECTORY_MAX_RESPONSE}={_LONG['trajectory_response']}",
             ),
             note="The lock task's answers are free in length (only the first word is read), but the short-run preset "
             "gives each call 4 tokens and a fresh policy already fills ~3.9: this experiment gives each call 16 tokens "
@@ -159,16 +177,16 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
         Experiment(
             "update-cap",
-            "agentlightning.max_ppo_update_times=2 caps the PPO updates per step at 2 by dropping the surplus rows, "
+            f"{MAX_PPO_UPDATE_TIMES}=2 caps the PPO updates per step at 2 by dropping the surplus rows, "
             "same-reward groups first (recommended for stability); its effect on success is measured, not claimed.",
             f"Agent Lightning v1.0 docs, max_ppo_update_times ({_AGL_DOCS})",
             {name: DEMO_SETTINGS[name] for name in ("both_on", "both_on_cap2")},
             (
-                Check("both_on_cap2", "lab/ppo_updates", "lower", baseline="both_on"),
-                Check("both_on_cap2", "training/n_sample_dropped/same_reward", "higher", baseline="both_on"),
+                Check("both_on_cap2", PPO_UPDATES, "lower", baseline="both_on"),
+                Check("both_on_cap2", N_SAMPLE_DROPPED_SAME_REWARD, "higher", baseline="both_on"),
             ),
             shown=(
-                Check("both_on_cap2", "training/n_sample_dropped/random", "none", baseline="both_on"),
+                Check("both_on_cap2", N_SAMPLE_DROPPED_RANDOM, "none", baseline="both_on"),
                 Check("both_on_cap2", SUCCESS, "none", "last_20pct", baseline="both_on"),
                 Check("both_on_cap2", SUCCESS, "none", "all", baseline="both_on"),
             ),
@@ -200,7 +218,7 @@ EXPERIMENTS: dict[str, Experiment] = {
                     if s != _UNWEIGHTED
                 ),
             ),
-            dotlist=(f"{_LEVEL}=transition",),
+            dotlist=(f"{TRACE_LEVEL}=transition",),
             note="Every run measures its own loss mode's diagnostics on the rows each step trains (lab/diagnostics/*, "
             "agl_lab.lab.diagnostics): gap = solve rate by trajectory − the solve rate the mode's objective sees "
             "(rows weighted by their gradient mass); ess_fraction = Kish's effective sample size of the row weights ÷ "
@@ -219,27 +237,27 @@ EXPERIMENTS: dict[str, Experiment] = {
             f"verl RFC #7244 (open; {_RFC_7244}); MT-GRPO, Zeng, Wei et al. 2025, arXiv:2505.11821",
             _TURNS,
             (
-                Check("mt_grpo", _TURNS_PER_ROLLOUT, "higher", "last_20pct", baseline="mt_grpo_fix"),
-                Check("mt_grpo", _TURNS_PER_ROLLOUT, "higher", "last_20pct", baseline="rollout_level"),
+                Check("mt_grpo", MEAN_TURNS, "higher", "last_20pct", baseline="mt_grpo_fix"),
+                Check("mt_grpo", MEAN_TURNS, "higher", "last_20pct", baseline="rollout_level"),
             ),
             shown=(
-                Check("mt_grpo_fix", _TURNS_PER_ROLLOUT, "none", "last_20pct", baseline="rollout_level"),
-                Check("turn_grpo", _TURNS_PER_ROLLOUT, "none", "last_20pct", baseline="mt_grpo_fix"),
-                *(Check(s, _TURNS_PER_ROLLOUT, "none", "last_minus_first") for s in _TURNS),
+                Check("mt_grpo_fix", MEAN_TURNS, "none", "last_20pct", baseline="rollout_level"),
+                Check("turn_grpo", MEAN_TURNS, "none", "last_20pct", baseline="mt_grpo_fix"),
+                *(Check(s, MEAN_TURNS, "none", "last_minus_first") for s in _TURNS),
                 *(
                     Check(s, SUCCESS, "none", "last_20pct", baseline="rollout_level")
                     for s in _TURNS
                     if s != "rollout_level"
                 ),
             ),
-            dotlist=("lab.turn_cost=0.25", "lab.cap_drop_unit=rollout"),
-            note="lab.turn_cost=0.25: a wrong guess that earns another try costs 0.25 (an intermediate reward of −0.25 "
+            dotlist=(f"{TURN_COST}=0.25", f"{CAP_DROP_UNIT}=rollout"),
+            note=f"{TURN_COST}=0.25: a wrong guess that earns another try costs 0.25 (an intermediate reward of −0.25 "
             "on that call), so a success after k tries returns 1 − 0.25·(k − 1). Under a per-turn estimator "
             "(rollout-level advantage off) the rewards sit on each call (agl_lab.core.turn_rewards: per_turn); under "
             "rollout_level (verl's grpo, Agent Lightning's default path) each rollout's rows carry its return. Every "
             "trajectory at a turn index pays the same cost, so mt_grpo's per-index normalisation makes it 0; "
             "mt_grpo_fix normalises the return to go per turn index and keeps it. Loss per_rollout_mean ÷ rows and "
-            "GRPO's std normalisation in every setting; lab.cap_drop_unit=rollout keeps every rollout's turns whole "
+            f"GRPO's std normalisation in every setting; {CAP_DROP_UNIT}=rollout keeps every rollout's turns whole "
             "(the doctor warns about per-row drops with per-turn credit). turn_grpo (AgileRL's turn granularity) is "
             "shown, not claimed. Turns = LLM calls per rollout (lab/mean_turns); drift = its last 20% minus first 20%.",
         ),

@@ -41,6 +41,7 @@ from agl_lab.config.arguments import string_list
 from agl_lab.config.compose import short_run_config
 from agl_lab.config.lab_config import lab_field_rule
 from agl_lab.config.secrets import mask_secrets, secret_values
+from agl_lab.core.keys import WANDB_MODE
 from agl_lab.studies.sweep_cells import (
     Cell,
     cell_status,
@@ -111,7 +112,7 @@ def wandb_mode_items(wandb_mode: str | None) -> list[str]:
     modes = lab_field_rule("wandb_mode")["choices"]
     if wandb_mode not in modes:
         raise ValueError(f"wandb_mode must be one of {list(modes)} (or None), got {wandb_mode!r}")
-    return [f"lab.wandb_mode={wandb_mode}"]
+    return [f"{WANDB_MODE}={wandb_mode}"]
 
 
 def run_cells(

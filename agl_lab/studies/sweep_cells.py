@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from agl_lab.config.dotlist import hydra_value
 from agl_lab.config.secrets import redact, redact_argv
 from agl_lab.config.tree import leaves
+from agl_lab.core.keys import CURVE_OVERLAY, CURVE_SMOOTHING, RUN_DIR
 from agl_lab.curves.history import COLUMNS, read_run_dir
 from agl_lab.files.atomic_files import write_whole
 from agl_lab.files.jsonl import DamagedFileWarning, read_jsonl, read_text_file
@@ -75,7 +76,7 @@ class Cell:
 
 # Keys that change no result: where a run is written, how its curves are shown. A finished cell stays finished when
 # only these differ (and a sweep made before the curve keys existed keeps its cells).
-_NOT_RESULTS = ("lab.run_dir", "lab.curve_smoothing", "lab.curve_overlay")
+_NOT_RESULTS = (RUN_DIR, CURVE_SMOOTHING, CURVE_OVERLAY)
 
 
 def config_sha256(cfg: DictConfig, *, leave_out: tuple[str, ...] = _NOT_RESULTS) -> str:

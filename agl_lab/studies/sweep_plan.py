@@ -42,6 +42,7 @@ from agl_lab.config.feasibility import estimate_step
 from agl_lab.config.grid import MAX_SWEEP_CELLS, too_many_cells
 from agl_lab.config.secrets import is_secret_key, redact, redact_argv
 from agl_lab.config.tree import leaves
+from agl_lab.core.keys import EXPERIMENT_NAME, RUN_DIR, SEED
 from agl_lab.studies.sweep_cells import Cell, config_sha256, container_sha256
 from agl_lab.training.preflight import check_trainable
 
@@ -49,9 +50,9 @@ __all__ = ["SWEEP_OWNED_KEYS", "plan_sweep"]
 
 # Keys a sweep sets for each cell, and what it sets them from.
 SWEEP_OWNED_KEYS = {
-    "lab.seed": "each cell's seed (the seeds you give: --seeds)",
-    "lab.run_dir": "each cell's folder, <sweep_dir>/<setting>/seed-<n> (choose the sweep folder: --out)",
-    "trainer.experiment_name": "each cell's setting name (name the settings instead)",
+    SEED: "each cell's seed (the seeds you give: --seeds)",
+    RUN_DIR: "each cell's folder, <sweep_dir>/<setting>/seed-<n> (choose the sweep folder: --out)",
+    EXPERIMENT_NAME: "each cell's setting name (name the settings instead)",
 }
 
 
@@ -90,7 +91,7 @@ def plan_sweep(
         if name.lower() in names:
             raise ValueError(f"settings {names[name.lower()]!r} and {name!r} differ only in case: rename one")
         names[name.lower()] = name
-        unnamed = short_run_config(overrides, (*dotlist, *items, f"lab.seed={seeds[0]}"))  # raises ConfigError
+        unnamed = short_run_config(overrides, (*dotlist, *items, f"{SEED}={seeds[0]}"))  # raises ConfigError
         cfg = short_run_config(overrides, (*dotlist, *items, *_owned(root, name, seeds[0])))
         _check_setting(name, cfg)
         _refuse_same_config(name, unnamed, configs)
@@ -105,7 +106,7 @@ def plan_sweep(
 
 def _owned(root: Path, name: str, seed: int) -> tuple[str, ...]:
     run_dir = hydra_value(str(root / name / f"seed-{seed}"))  # quoted when it holds spaces, accents, = or ,
-    return (f"lab.seed={seed}", f"lab.run_dir={run_dir}", f"trainer.experiment_name={name}")
+    return (f"{SEED}={seed}", f"{RUN_DIR}={run_dir}", f"{EXPERIMENT_NAME}={name}")
 
 
 def _refuse_too_many(
@@ -187,13 +188,13 @@ def _secret_differences(a: DictConfig, b: DictConfig) -> list[str]:
 
 
 def _checked_seeds(seeds: Any) -> list[int]:
-    seeds = integer_list(seeds, name="seeds", what="the lab.seed of each cell")
+    seeds = integer_list(seeds, name="seeds", what=f"the {SEED} of each cell")
     if not seeds:
         raise ValueError("seeds is empty: give at least one seed")
     out = []
     for seed in seeds:
         if not 0 <= seed <= 2**32 - 1:
-            raise ValueError(f"seeds must be integers in [0, 2**32-1] (lab.seed), got {seed!r}")
+            raise ValueError(f"seeds must be integers in [0, 2**32-1] ({SEED}), got {seed!r}")
         out.append(seed)
     repeated = sorted(seed for seed, n in collections.Counter(out).items() if n > 1)
     if repeated:

@@ -35,6 +35,8 @@ from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_c
 from verl.workers.config import ActorConfig
 from verl.workers.config.optimizer import build_optimizer
 
+from agl_lab.core.keys import LR_SCHEDULER
+from agl_lab.core.metric_names import ACTOR_GRAD_NORM, ACTOR_LR, ACTOR_PG_LOSS
 from agl_lab.core.row_weights import LOSS_WEIGHT, weighted_terms
 from agl_lab.core.rows import trainable_tokens
 from agl_lab.training.policy import Policy, score
@@ -77,7 +79,7 @@ class LabActor:
             temperature=temperature,
             step=step,
         )
-        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+        metrics[ACTOR_LR] = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         return metrics
 
@@ -181,7 +183,7 @@ def build_optimizer_and_scheduler(
         )
         return optimizer, scheduler
     raise ValueError(
-        f"actor_rollout_ref.actor.optim.lr_scheduler_type={optim.lr_scheduler_type!r} is not supported by verl's "
+        f"{LR_SCHEDULER}={optim.lr_scheduler_type!r} is not supported by verl's "
         "FSDP engine or the lab trainer: use constant or cosine"
     )
 
@@ -231,7 +233,7 @@ def _mini_batch(
             rollout_is_weights=part.get("rollout_is_weights", None),
         )
         policy_loss = pg_loss
-        terms = {"actor/pg_loss": pg_loss.item()}
+        terms = {ACTOR_PG_LOSS: pg_loss.item()}
         row_weight = part.get(LOSS_WEIGHT, None)  # (micro,): verl PR #7580's weight is on every term, not only the pg
         if with_entropy:
             (entropy,) = weighted_terms(row_weight, entropy)  # (micro, R)
@@ -256,7 +258,7 @@ def _mini_batch(
         optimizer.zero_grad(set_to_none=True)
     # losses add up over micro-batches (each is already a share of the mini-batch loss); ratios are averaged
     out: dict[str, Any] = {key: sum(v) if key.endswith("_loss") else float(np.mean(v)) for key, v in metrics.items()}
-    out["actor/grad_norm"] = grad_norm
+    out[ACTOR_GRAD_NORM] = grad_norm
     if actor.use_kl_loss:
         out["actor/kl_coef"] = actor.kl_loss_coef
     return out

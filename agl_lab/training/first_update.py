@@ -23,6 +23,7 @@ import torch
 from omegaconf import DictConfig
 
 from agl_lab.config.checks import Finding
+from agl_lab.core.keys import LR
 from agl_lab.training.actor import build_optimizer_and_scheduler
 from agl_lab.training.policy import build_policy
 from agl_lab.training.tasks import make_task
@@ -32,7 +33,6 @@ __all__ = ["PROBED_LR", "first_update_findings"]
 PROBED_LR = 0.1  # 50x the short run's 0.002; a first update below it moves no weight by more than 0.1
 MAX_UPDATES = 8
 PROBED_IDS = 64  # the vocabulary's first ids, one sequence
-LR = "actor_rollout_ref.actor.optim.lr"
 
 
 def first_update_findings(cfg: DictConfig, actor: Any) -> list[Finding]:

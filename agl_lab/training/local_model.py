@@ -19,6 +19,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from agl_lab.core.keys import MODEL_PATH, MODEL_PATH_LAB
+
 __all__ = ["TOKENIZER_FILES", "check_model_folder", "load_local_model", "local_model_path"]
 
 # A folder holds a tokenizer when it has one of these (what AutoTokenizer builds one from); tokenizer_config.json
@@ -32,7 +34,7 @@ def local_model_path(cfg: DictConfig) -> Path | None:
         path = Path(cfg.lab.model_path).expanduser()
         if not path.is_dir():
             raise FileNotFoundError(
-                f"lab.model_path={cfg.lab.model_path!r} is not a directory: give a local Hugging Face model folder "
+                f"{MODEL_PATH_LAB}={cfg.lab.model_path!r} is not a directory: give a local Hugging Face model folder "
                 "(config.json + weights), e.g. a finished run's policy/ folder, or null for the tiny default policy"
             )
         return path
@@ -48,7 +50,7 @@ def check_model_folder(cfg: DictConfig) -> Path | None:
     path = local_model_path(cfg)
     if path is None:
         return None
-    key = "lab.model_path" if cfg.lab.model_path else "actor_rollout_ref.model.path"
+    key = MODEL_PATH_LAB if cfg.lab.model_path else MODEL_PATH
     where = f"{key}={str(path)!r}"
     config_file = path / "config.json"
     if not config_file.is_file():
@@ -78,7 +80,7 @@ def load_local_model(cfg: DictConfig, path: Path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     trust = bool(cfg.actor_rollout_ref.model.get("trust_remote_code", False))
-    key = "lab.model_path" if cfg.lab.model_path else "actor_rollout_ref.model.path"
+    key = MODEL_PATH_LAB if cfg.lab.model_path else MODEL_PATH
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
     if tokenizer.eos_token_id is None:
         raise ValueError(

@@ -34,6 +34,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
+from agl_lab.core.keys import DEVICE, MODEL_HIDDEN
 from agl_lab.files.atomic_files import written_whole
 from agl_lab.training.local_model import check_model_folder, load_local_model
 
@@ -101,13 +102,13 @@ def resolve_device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError as exc:
-        raise ValueError(f"lab.device={name!r} is not a torch device: use auto, cpu, cuda or cuda:N") from exc
+        raise ValueError(f"{DEVICE}={name!r} is not a torch device: use auto, cpu, cuda or cuda:N") from exc
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"lab.device={name!r} but torch sees no CUDA device: use lab.device=auto or cpu")
+        raise ValueError(f"{DEVICE}={name!r} but torch sees no CUDA device: use {DEVICE}=auto or cpu")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         count = torch.cuda.device_count()
         raise ValueError(
-            f"lab.device={name!r} but torch sees {count} CUDA device(s), cuda:0 to cuda:{count - 1}: use lab.device="
+            f"{DEVICE}={name!r} but torch sees {count} CUDA device(s), cuda:0 to cuda:{count - 1}: use {DEVICE}="
             f"auto, cuda or cuda:N with N < {count}"
         )
     return device
@@ -222,7 +223,7 @@ def _word_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
 def _tiny_llama(tokenizer: PreTrainedTokenizerFast, *, layers: int, hidden: int, seed: int) -> LlamaForCausalLM:
     heads = max(1, hidden // 16)
     if hidden % heads:
-        raise ValueError(f"lab.model_hidden must be a multiple of 16 (or below 16), got {hidden}")
+        raise ValueError(f"{MODEL_HIDDEN} must be a multiple of 16 (or below 16), got {hidden}")
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden,

@@ -29,6 +29,8 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from agl_lab.core.keys import CPU_THREADS
+
 __all__ = [
     "Terminated",
     "deferred_signals",
@@ -75,7 +77,7 @@ def torch_threads(n: int) -> Iterator[None]:
             torch.set_num_threads(_threads_set)
         elif n > 0 and n != _threads_set:
             warnings.warn(
-                f"lab.cpu_threads={n}, but a run already going in this process set torch to {_threads_set} threads "
+                f"{CPU_THREADS}={n}, but a run already going in this process set torch to {_threads_set} threads "
                 "(a process-wide setting): this run uses that too",
                 stacklevel=3,
             )

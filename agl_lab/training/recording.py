@@ -44,7 +44,12 @@ from omegaconf import DictConfig, OmegaConf
 from verl import DataProto
 
 from agl_lab.config.modes import LOSS_MODES, weighing_mode
-from agl_lab.config.settings import CAP, DIVISOR, LOSS_MODE, ROLLOUT_LEVEL
+from agl_lab.core.keys import DIVISOR, THREE_SETTINGS
+from agl_lab.core.metric_names import (
+    TRAJECTORY_LOGICAL_SESSIONS,
+    TRAJECTORY_SEGMENTS_PER_SESSION_MEAN,
+    TRAJECTORY_STORED_ROWS,
+)
 from agl_lab.files.atomic_files import write_whole, written_whole
 from agl_lab.lab.diagnostics import step_diagnostics
 from agl_lab.lab.loss_scale import token_layout
@@ -81,9 +86,9 @@ SCHEMA = pa.schema(
 )
 # verl PR #7580's per-step names (a session = a rollout, a segment = one of its rows), on the rows the actor gets
 TRAJECTORY_METRICS = {
-    "stored_rows": "training/trajectory/stored_rows",
-    "logical_sessions": "training/trajectory/logical_sessions",
-    "segments": "training/trajectory/segments_per_session/mean",
+    "stored_rows": TRAJECTORY_STORED_ROWS,
+    "logical_sessions": TRAJECTORY_LOGICAL_SESSIONS,
+    "segments": TRAJECTORY_SEGMENTS_PER_SESSION_MEAN,
     "weight_mean": "training/trajectory/loss_weight/mean",
     "weight_min": "training/trajectory/loss_weight/min",
     "weight_max": "training/trajectory/loss_weight/max",
@@ -152,7 +157,7 @@ def write_info(folder: str | Path, cfg: DictConfig, *, producer: str, versions: 
     A folder recording a run of other settings is refused (ValueError): two runs' steps would mix.
     """
     path = Path(folder) / INFO_FILE
-    settings = {key: OmegaConf.select(cfg, key, default=None) for key in (ROLLOUT_LEVEL, LOSS_MODE, CAP)}
+    settings = {key: OmegaConf.select(cfg, key, default=None) for key in THREE_SETTINGS}
     if path.exists():
         before = json.loads(path.read_text()).get("settings")
         if before != settings:

@@ -19,6 +19,7 @@ import torch
 from omegaconf import DictConfig
 
 from agl_lab.core.aggregation import LLMCall, Rollout
+from agl_lab.core.metric_names import CONTEXT_REWRITES, GENERATED_TOKENS, MEAN_TURNS, NO_GUESS_RATE, SUCCESS_RATE
 from agl_lab.training.conversation import Conversation
 from agl_lab.training.policy import Policy, generate
 from agl_lab.training.tasks import LockTask
@@ -103,11 +104,11 @@ def collect_rollouts(
         )
     turns = np.array([episode.turns for episode in episodes])
     metrics = {
-        "lab/success_rate": float(np.mean([episode.success for episode in episodes])),
-        "lab/mean_turns": float(turns.mean()),
-        "lab/no_guess_rate": sum(e.guesses.count("none") for e in episodes) / int(turns.sum()),
-        "lab/context_rewrites": sum(episode.rewrites for episode in episodes),
-        "lab/generated_tokens": generated,
+        SUCCESS_RATE: float(np.mean([episode.success for episode in episodes])),
+        MEAN_TURNS: float(turns.mean()),
+        NO_GUESS_RATE: sum(e.guesses.count("none") for e in episodes) / int(turns.sum()),
+        CONTEXT_REWRITES: sum(episode.rewrites for episode in episodes),
+        GENERATED_TOKENS: generated,
         **_response_lengths(episodes, calls),
     }
     return rollouts, metrics

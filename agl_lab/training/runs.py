@@ -31,6 +31,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from agl_lab.config.secrets import redacted_yaml
+from agl_lab.core.keys import RUN_DIR
 from agl_lab.files.atomic_files import write_whole
 
 __all__ = ["STATUS_FILE", "TRAINED_NOTHING", "RunFiles", "create_run_dir", "finished_runs", "resolved_config_yaml"]
@@ -153,6 +154,6 @@ class RunFiles:
 
 def _taken(path: Path) -> str:
     return (
-        f"lab.run_dir={str(path)!r} already holds a run (or another run is writing to it): choose another directory, "
-        "delete it, or leave lab.run_dir null for a fresh one"
+        f"{RUN_DIR}={str(path)!r} already holds a run (or another run is writing to it): choose another directory, "
+        f"delete it, or leave {RUN_DIR} null for a fresh one"
     )

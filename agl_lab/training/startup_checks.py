@@ -32,20 +32,19 @@ from verl.utils.config import omega_conf_to_dataclass
 
 from agl_lab.config.checks import Finding
 from agl_lab.config.tree import leaves
+from agl_lab.core.keys import ACTOR, DEVICE, EPOCHS, KL_PENALTY, STEPS, USE_KL_IN_REWARD
 from agl_lab.training.actor import build_optimizer_and_scheduler
 from agl_lab.training.policy import resolve_device
 
 __all__ = ["KL_TYPES", "startup_findings"]
 
-_ACTOR = "actor_rollout_ref.actor"
-STEPS = "trainer.total_training_steps"
 # verl's kl_penalty estimators (each also with a "+": k2's gradient, straight through); "full" raises there too
 KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 _UNSET_MICRO = "Please set at least one of"  # verl's words when neither micro-batch size is set
 # The fix for what verl refuses, by the key (relative to actor_rollout_ref.actor) the refusal names.
 _FIXES = {
-    "ppo_micro_batch_size": f"remove it: verl takes only {_ACTOR}.ppo_micro_batch_size_per_gpu",
-    "optim.warmup_style": f"remove it (verl deprecated it): set {_ACTOR}.optim.lr_scheduler_type=constant or cosine",
+    "ppo_micro_batch_size": f"remove it: verl takes only {ACTOR}.ppo_micro_batch_size_per_gpu",
+    "optim.warmup_style": f"remove it (verl deprecated it): set {ACTOR}.optim.lr_scheduler_type=constant or cosine",
     "optim.lr_scheduler_type": "use constant or cosine",
     "optim.min_lr_ratio": "set it in [0, 1]: the cosine schedule's floor, as a share of optim.lr",
     "optim.weight_decay": "set it >= 0 (verl's default: 0.01)",
@@ -60,15 +59,15 @@ def startup_findings(cfg: DictConfig, *, erred: Collection[str] = ()) -> tuple[l
     passed; ``erred``: the keys the doctor already refused, whose sections are not asked again (torch would refuse
     ``lr=nan`` a second time, in its own words)."""
     findings = [*_steps(cfg), *_device(cfg)]
-    if _touches(erred, _ACTOR):
+    if _touches(erred, ACTOR):
         return [*findings, *_kl(cfg)], None
     actor, problem = _attempt(lambda: omega_conf_to_dataclass(cfg.actor_rollout_ref.actor))
     if problem is not None:
-        return [*findings, _refusal(cfg, problem, _ACTOR, "verl's actor config refuses it")], None
+        return [*findings, _refusal(cfg, problem, ACTOR, "verl's actor config refuses it")], None
     checks: list[tuple[str, str, Callable[[], Any]]] = [
-        (_ACTOR, "verl refuses the batch sizes", lambda: actor.validate(n_gpus=1, train_batch_size=_batch(cfg))),
-        (f"{_ACTOR}.optim", "verl's optimizer or LR schedule refuses it", lambda: _optimizer(actor, cfg)),
-        (f"{_ACTOR}.policy_loss", "verl's policy loss refuses the config at its first call", lambda: _loss(actor)),
+        (ACTOR, "verl refuses the batch sizes", lambda: actor.validate(n_gpus=1, train_batch_size=_batch(cfg))),
+        (f"{ACTOR}.optim", "verl's optimizer or LR schedule refuses it", lambda: _optimizer(actor, cfg)),
+        (f"{ACTOR}.policy_loss", "verl's policy loss refuses the config at its first call", lambda: _loss(actor)),
     ]
     for section, what, check in checks:
         _, problem = _attempt(check)
@@ -90,7 +89,7 @@ def _steps(cfg: DictConfig) -> list[Finding]:
             "error",
             STEPS,
             f"must be a positive integer for a short run, got {'null' if steps is None else repr(steps)}: the lab "
-            "trainer runs exactly that many steps (Agent Lightning's trainer counts them from trainer.total_epochs "
+            f"trainer runs exactly that many steps (Agent Lightning's trainer counts them from {EPOCHS} "
             "and its dataset; the lab's task has none)",
             f"set {STEPS}, e.g. {STEPS}=40 (the short run's)",
         )
@@ -102,7 +101,7 @@ def _device(cfg: DictConfig) -> list[Finding]:
     if problem is None:
         return []
     text = str(problem).partition(": use ")
-    return [Finding("error", "lab.device", text[0], f"use {text[2]}" if text[2] else "use auto, cpu or cuda")]
+    return [Finding("error", DEVICE, text[0], f"use {text[2]}" if text[2] else "use auto, cpu or cuda")]
 
 
 def _batch(cfg: DictConfig) -> int:
@@ -137,8 +136,8 @@ def _loss(actor: Any) -> None:
 
 def _kl(cfg: DictConfig) -> list[Finding]:
     """verl's kl_penalty on one token for each KL term that is on (the actor's loss, the reward's penalty)."""
-    terms = [(f"{_ACTOR}.use_kl_loss", f"{_ACTOR}.kl_loss_type")]
-    terms += [("algorithm.use_kl_in_reward", "algorithm.kl_penalty")]
+    terms = [(f"{ACTOR}.use_kl_loss", f"{ACTOR}.kl_loss_type")]
+    terms += [(USE_KL_IN_REWARD, KL_PENALTY)]
     findings = []
     for switch, key in terms:
         name = OmegaConf.select(cfg, key)
@@ -169,13 +168,13 @@ def _refusal(cfg: DictConfig, problem: BaseException, section: str, what: str) -
     """A finding for verl's refusal: its message (or the assertion it failed), the key it names, the fix."""
     text = " ".join(str(problem).split()) or _failed_assertion(problem)
     if _UNSET_MICRO in text:  # it names both keys: the one to set is verl's current one
-        key = f"{_ACTOR}.ppo_micro_batch_size_per_gpu"
+        key = f"{ACTOR}.ppo_micro_batch_size_per_gpu"
         fix = f"set {key}, e.g. to the mini-batch's rows (agl_lab.short_run_config sizes the batch for a short run)"
         return Finding("error", key, f"{what}: {text}", fix)
     names = [path for path, _ in leaves(OmegaConf.select(cfg, section))]
     relative = _named(text, names)
     key = f"{section}.{relative}" if relative else section
-    short = key.removeprefix(f"{_ACTOR}.")
+    short = key.removeprefix(f"{ACTOR}.")
     generic = f"set {key} to a value verl accepts (agl_lab.short_run_config sizes the batch for a short run)"
     return Finding("error", key, f"{what}: {text}", _FIXES.get(short, generic))
 

@@ -34,6 +34,7 @@ import numpy as np
 
 from agl_lab.config.compose import ConfigError
 from agl_lab.config.lab_config import TASKS
+from agl_lab.core.keys import MAX_TURNS, REWRITE_PROB, TASK, TASK_SIZE, TURN_COST
 
 __all__ = ["Episode", "LockTask", "Turn", "make_task"]
 _TEMPLATE_WORDS = ("lock", "try", "no", "tried", "none")
@@ -111,13 +112,13 @@ class LockTask:
 
     def __post_init__(self) -> None:
         if isinstance(self.n_locks, bool) or not isinstance(self.n_locks, int) or self.n_locks < 2:
-            raise ConfigError(f"lab.task_size must be an integer >= 2 (number of locks), got {self.n_locks!r}")
+            raise ConfigError(f"{TASK_SIZE} must be an integer >= 2 (number of locks), got {self.n_locks!r}")
         if isinstance(self.max_turns, bool) or not isinstance(self.max_turns, int) or self.max_turns < 1:
-            raise ConfigError(f"lab.max_turns must be an integer >= 1, got {self.max_turns!r}")
+            raise ConfigError(f"{MAX_TURNS} must be an integer >= 1, got {self.max_turns!r}")
         if not 0.0 <= float(self.rewrite_prob) <= 1.0:
-            raise ConfigError(f"lab.rewrite_prob must be a probability in [0, 1], got {self.rewrite_prob!r}")
+            raise ConfigError(f"{REWRITE_PROB} must be a probability in [0, 1], got {self.rewrite_prob!r}")
         if not 0.0 <= float(self.turn_cost) <= 1.0:
-            raise ConfigError(f"lab.turn_cost must be a number in [0, 1] (0: off), got {self.turn_cost!r}")
+            raise ConfigError(f"{TURN_COST} must be a number in [0, 1] (0: off), got {self.turn_cost!r}")
 
     @functools.cached_property
     def codes(self) -> np.ndarray:
@@ -153,7 +154,7 @@ def make_task(
     if name not in TASKS or name not in _TASK_CLASSES:
         near = difflib.get_close_matches(str(name), TASKS, n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
-        raise ConfigError(f"lab.task: unknown task {name!r}{hint}; use one of: {', '.join(TASKS)}")
+        raise ConfigError(f"{TASK}: unknown task {name!r}{hint}; use one of: {', '.join(TASKS)}")
     return _TASK_CLASSES[name](
         n_locks=size, max_turns=max_turns, rewrite_prob=rewrite_prob, seed=seed, turn_cost=turn_cost
     )

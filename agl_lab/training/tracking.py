@@ -39,6 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.utils.tracking import Tracking
 
 from agl_lab.config.secrets import redact, redact_argv
+from agl_lab.core.keys import LOGGER, WANDB_MODE
 from agl_lab.curves.wandb_offline import wait_for_exit
 from agl_lab.training.wandb_mode import point_wandb_at, wandb_key_configured
 
@@ -79,7 +80,7 @@ def claim_process_backends(cfg: DictConfig, *, run: str) -> list[str]:
     Returns what was claimed, for :func:`release_process_backends`. W&B with ``WANDB_MODE=disabled`` keeps nothing.
     """
     names = [name for name in _names(cfg) if name in PROCESS_WIDE_BACKENDS]
-    mode = OmegaConf.select(cfg, "lab.wandb_mode", default=None)  # a per-run mode, where the config has one
+    mode = OmegaConf.select(cfg, WANDB_MODE, default=None)  # a per-run mode, where the config has one
     if (mode if mode not in (None, "auto") else os.environ.get("WANDB_MODE")) == "disabled":
         names = [name for name in names if name not in ("wandb", "tracking")]
     with _claims_lock:
@@ -87,8 +88,8 @@ def claim_process_backends(cfg: DictConfig, *, run: str) -> list[str]:
         if busy:
             name, holder = next(iter(busy.items()))
             raise ConcurrentRunError(
-                f"trainer.logger has {name}, but another run of this process ({holder}) is logging to it, and {name} "
-                "keeps one run per process: wait for that run to end, give this one trainer.logger=[file] (or "
+                f"{LOGGER} has {name}, but another run of this process ({holder}) is logging to it, and {name} "
+                f"keeps one run per process: wait for that run to end, give this one {LOGGER}=[file] (or "
                 "[console]), or run it in its own process (agl-lab train, or run_sweep with executor='ray')"
             )
         _claims.update(dict.fromkeys(names, run))
@@ -157,7 +158,7 @@ def open_tracker(cfg: DictConfig, *, run_dir: Path, tracking_cls: Callable[..., 
     config = redact(OmegaConf.to_container(cfg, resolve=True))
     backends: dict[str, Any] = {}
     wandb_run = None
-    mode = OmegaConf.select(cfg, "lab.wandb_mode", default="auto")
+    mode = OmegaConf.select(cfg, WANDB_MODE, default="auto")
     wandb_mode = None if mode == "auto" else mode
     with _start_lock, _backend_env(run_dir, wandb_backend="wandb" in names, wandb_mode=wandb_mode) as started:
         for name in names:

@@ -5,23 +5,20 @@ Each step (AGL_FACTS.md §Trainer step order):
 1. sample ``data.train_batch_size`` task items × ``rollout.n`` rollouts with the current policy
    (:mod:`agl_lab.training.rollout`), then trace aggregation into rows (:func:`agl_lab.core.aggregation.aggregate`,
    ``agentlightning.trace_aggregator.*``) — Agent Lightning's adapter metrics;
-2. :func:`agl_lab.select_rows`: marked rows out, mini-batch alignment, ``max_ppo_update_times`` — the drop
-   counters and ``lab/partially_dropped_rollouts``; a step with nothing left is skipped with a warning;
+2. :func:`agl_lab.core.pipeline.plan_selection`: marked rows out, mini-batch alignment, ``max_ppo_update_times`` —
+   the drop counters and ``lab/partially_dropped_rollouts``; a step with nothing left is skipped with a warning;
 3. old log-probs (``actor/entropy``) and, for a KL term, reference log-probs of the initial policy;
 4. :func:`agl_lab.compute_advantages`: rewards, rollout-level or verl advantage, ``per_rollout_mean``
    normalization — verl's data metrics, ``training/rollout_level_advantage/*`` and, on the advantages before the
    loss's normalization, the weighting diagnostics ``lab/diagnostics/*`` (:mod:`agl_lab.lab.diagnostics`);
 5. the PPO update with the policy loss from verl's registry — ``actor/*``.
 
-Steps 3 and 5 run on the backend ``lab.actor`` names: ``lab`` = agl_lab's own update loop on the lab's policy
-(:class:`agl_lab.training.actor.LabActor`, the default: faster at lab sizes), ``verl`` = verl's own actor engine in
-this process (:class:`agl_lab.training.verl_actor.VerlActor`), whose weights are copied back into the lab's policy
-after each update. The policy samples either way; reference log-probs come from a frozen copy of the initial policy.
-
-It reads the keys the real trainer reads (``data.*``, ``actor_rollout_ref.*``, ``algorithm.*``,
-``agentlightning.*``, ``trainer.total_training_steps``/``logger``/``project_name``/``experiment_name``) plus
-``lab:``. :func:`agl_lab.short_run_config` composes a config sized for a laptop (``conf/short_run.yaml``).
-Notebook: ``notebooks/03_short_training_runs.ipynb``.
+Steps 3 and 5 run on the backend ``lab.actor`` names: ``lab`` = agl_lab's own update loop (the default, faster at
+lab sizes: :class:`agl_lab.training.actor.LabActor`), ``verl`` = verl's actor engine in this process, its weights
+copied back after each update (:class:`agl_lab.training.verl_actor.VerlActor`). Reference log-probs come from a
+frozen copy of the initial policy. It reads the real trainer's keys (``data.*``, ``actor_rollout_ref.*``,
+``algorithm.*``, ``agentlightning.*``, ``trainer.*``) plus ``lab:``; :func:`agl_lab.short_run_config` sizes one for a
+laptop. Notebook: ``notebooks/03_short_training_runs.ipynb``.
 """
 
 from __future__ import annotations
@@ -41,10 +38,10 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 from verl.trainer.ppo.core_algos import agg_loss, get_kl_controller
 
+from agl_lab.core import metric_names
 from agl_lab.core.aggregation import aggregate, aggregation_limits
-from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, normalize_for_loss, select_rows
+from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, normalize_for_loss, plan_selection
 from agl_lab.core.turn_rewards import placement_for
-from agl_lab.core.update_cap import partially_dropped
 from agl_lab.lab.diagnostics import step_diagnostics
 from agl_lab.lab.loss_scale import loss_scale, token_layout
 from agl_lab.lab.rollout_mass import multi_row_mass
@@ -140,7 +137,8 @@ def _train(
                     history.append({"step": step, **metrics})
                     timings.append({"step": step, **timing})
                 bar.update()
-                bar.set_postfix(success=metrics["lab/success_rate"], rows=metrics["training/n_sample"], refresh=False)
+                success, rows = metrics[metric_names.SUCCESS_RATE], metrics[metric_names.N_SAMPLE]
+                bar.set_postfix(success=success, rows=rows, refresh=False)
                 if on_step is not None:
                     on_step(history[-1])
             finished = not stopped
@@ -174,7 +172,7 @@ def _train(
 def trained_any(history: list[dict[str, Any]]) -> bool:
     """Whether any step of ``history`` (metrics.jsonl's records) trained rows: a step with no rows left after the
     drops is skipped, and a run whose every step was skipped trained nothing."""
-    return any(record.get("training/n_sample_trained", 0) > 0 for record in history)
+    return any(record.get(metric_names.N_SAMPLE_TRAINED, 0) > 0 for record in history)
 
 
 class _Run:
@@ -223,39 +221,35 @@ class _Run:
         with _timed(timing, "aggregate"):
             rows, adapter_metrics = aggregate(rollouts, **self.limits, pad_token_id=self.policy.pad_token_id)
         with _timed(timing, "drop"):
-            batch, drop_metrics = select_rows(rows, cfg, seed=self._seed(4, step))
-            drop_metrics.update(partially_dropped(rows, batch))  # rollouts trained in part (lab.cap_drop_unit)
-        metrics = {**task_metrics, **adapter_metrics, **drop_metrics}
-        if len(batch) == 0:  # select_rows warned (EmptyBatchWarning): Agent Lightning skips the step
+            selection = plan_selection(rows, cfg, seed=self._seed(4, step))
+            batch = selection.batch  # with the rollouts it trains in part (lab.cap_drop_unit), counted once there
+        metrics = {**task_metrics, **adapter_metrics, **selection.metrics, **selection.partial_metrics}
+        if len(batch) == 0:  # plan_selection warned (EmptyBatchWarning): Agent Lightning skips the step
             return metrics, 0
 
         with _timed(timing, "old_log_prob"):
             old_log_probs, entropy = self.backend.compute_log_probs(batch, temperature=temperature, with_entropy=True)
             batch.batch["old_log_probs"] = old_log_probs  # (rows, R)
             entropy_agg = agg_loss(entropy, batch.batch["response_mask"].bool(), self.actor.loss_agg_mode)
-            metrics["actor/entropy"] = entropy_agg.item()
+            metrics[metric_names.ACTOR_ENTROPY] = entropy_agg.item()
         if self.ref_policy is not None:
             with _timed(timing, "ref"):
                 batch.batch["ref_log_prob"], _ = compute_log_probs(
-                    self.ref_policy,
-                    batch,
-                    micro_batch_size=self.log_prob_micro,
-                    temperature=temperature,
+                    self.ref_policy, batch, micro_batch_size=self.log_prob_micro, temperature=temperature,
                     with_entropy=False,
-                )
+                )  # fmt: skip
         with _timed(timing, "adv"):
             batch, adv_metrics = compute_advantages(batch, cfg, kl_ctrl=self.kl_ctrl, normalize=False)
             adv_metrics.update(step_diagnostics(batch, cfg, layout=(layout := token_layout(batch, cfg))))  # PR #7580's
             normalize_for_loss(batch, cfg)
-            adv_metrics["lab/loss_scale"] = loss_scale(batch, cfg, layout=layout)
+            adv_metrics[metric_names.LOSS_SCALE] = loss_scale(batch, cfg, layout=layout)
             adv_metrics.update(multi_row_mass(batch, cfg, layout=layout))  # multi-row rollouts' share of the mass
             # the same on one update's scale: token-mean gives each mini-batch 1, per_rollout_mean shares its total
-            adv_metrics["lab/loss_scale_per_mini_batch"] = adv_metrics["lab/loss_scale"] / (
-                -(-len(batch) // self.mini_batch_rows)  # ceil: whole-rollout drops may leave the last short
-            )
+            updates = -(-len(batch) // self.mini_batch_rows)  # ceil: whole-rollout drops may leave the last short
+            adv_metrics[metric_names.LOSS_SCALE_PER_MINI_BATCH] = adv_metrics[metric_names.LOSS_SCALE] / updates
         with _timed(timing, "update_actor"):
             actor_metrics = self.backend.update(batch, temperature=temperature, step=step)
-        actor_metrics["lab/ppo_updates"] = -(-len(batch) // self.mini_batch_rows) * int(self.actor.ppo_epochs)
+        actor_metrics[metric_names.PPO_UPDATES] = -(-len(batch) // self.mini_batch_rows) * int(self.actor.ppo_epochs)
         return {**metrics, **adv_metrics, **actor_metrics}, int(batch.batch["attention_mask"].sum())
 
     def _seed(self, stream: int, step: int) -> int:

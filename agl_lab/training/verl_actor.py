@@ -55,6 +55,8 @@ from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_pad
 
 from agl_lab.config.checks import verl_actor_problem
 from agl_lab.config.compose import ConfigError
+from agl_lab.core.keys import ACTOR_BACKEND, LOG_PROB_MICRO, USE_KL_LOSS
+from agl_lab.core.metric_names import ACTOR_LR
 from agl_lab.core.pipeline import mini_batch_rows
 from agl_lab.training.policy import Policy
 from agl_lab.training.world_of_one import worker_start, world_of_one
@@ -81,8 +83,9 @@ class VerlActor:
         self._stack = contextlib.ExitStack()
         if not _ONE_AT_A_TIME.acquire(blocking=False):  # verl's worker and process group are process-global
             raise ConfigError(
-                "lab.actor=verl: another run on verl's actor engine is active in this process; wait for it to end, "
-                "or train side by side with lab.actor=lab (or in separate processes, e.g. a Ray sweep)"
+                f"{ACTOR_BACKEND}=verl: another run on verl's actor engine is active in this process; "
+                f"wait for it to end, "
+                f"or train side by side with {ACTOR_BACKEND}=lab (or in separate processes, e.g. a Ray sweep)"
             )
         self._stack.callback(_ONE_AT_A_TIME.release)
         try:
@@ -137,7 +140,7 @@ class VerlActor:
             )
         fields = [*_ROW_FIELDS, *_LOSS_FIELDS, *(k for k in _OPTIONAL_LOSS_FIELDS if k in batch.batch.keys())]
         if actor.use_kl_loss and "ref_log_prob" not in fields:
-            raise ValueError("actor_rollout_ref.actor.use_kl_loss=true needs ref_log_prob in the batch")
+            raise ValueError(f"{USE_KL_LOSS}=true needs ref_log_prob in the batch")
         td = _tensordict(batch, fields)
         tu.assign_non_tensor(
             td,
@@ -156,7 +159,7 @@ class VerlActor:
         lr = self.engine.lr_scheduler.get_last_lr()[0]  # verl reports the LR after its step: the next update's
         output = self.worker.update_actor(td)
         metrics = _named_metrics(tu.get(output, "metrics"))
-        metrics["actor/lr"] = lr
+        metrics[ACTOR_LR] = lr
         self.sync_policy()
         return metrics
 
@@ -191,9 +194,10 @@ class VerlActor:
             return
         micro = int(self.config.rollout.log_prob_micro_batch_size_per_gpu)
         if self.mini_batch_rows % micro:
-            key = "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"
+            key = LOG_PROB_MICRO
             raise ConfigError(
-                f"lab.actor=verl: {key}={micro} must divide the PPO mini-batch of {self.mini_batch_rows} rows (verl's "
+                f"{ACTOR_BACKEND}=verl: {key}={micro} must divide the PPO mini-batch of "
+                f"{self.mini_batch_rows} rows (verl's "
                 f"worker asserts the batch is whole micro-batches): set {key} to a divisor of it, or null"
             )
 

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from agl_lab.config.compose import ConfigError
+from agl_lab.core.keys import ACTOR_BACKEND, DEVICE
 
 __all__ = ["WORKER_ENV", "worker_start", "world_of_one"]
 
@@ -58,8 +59,9 @@ def _verl_platform(device: torch.device) -> Iterator[None]:
 
     if device.type != "cuda" or get_platform().device_name != "cuda":
         raise ConfigError(
-            f"lab.actor=verl runs on the CPU or one CUDA device; lab.device resolved to {device} and verl's platform "
-            f"is {get_platform().device_name!r}: use lab.device=cpu or cuda (or lab.actor=lab)"
+            f"{ACTOR_BACKEND}=verl runs on the CPU or one CUDA device; {DEVICE} resolved to {device} "
+            f"and verl's platform "
+            f"is {get_platform().device_name!r}: use {DEVICE}=cpu or cuda (or {ACTOR_BACKEND}=lab)"
         )
     before = torch.cuda.current_device()
     # verl's get_device_id() is torch.cuda.current_device(); lab.device=cuda (or auto) names no index: the current one
@@ -75,7 +77,8 @@ def _process_group(device: torch.device) -> Iterator[None]:
     if dist.is_initialized():
         if dist.get_world_size() != 1:
             raise RuntimeError(
-                f"lab.actor=verl trains in a world of one process; torch.distributed has {dist.get_world_size()} ranks"
+                f"{ACTOR_BACKEND}=verl trains in a world of one process; torch.distributed has "
+                f"{dist.get_world_size()} ranks"
             )
         yield
         return

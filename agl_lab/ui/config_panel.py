@@ -22,7 +22,8 @@ from agl_lab.config.doctor import diagnose, findings_frame, settings_frame
 from agl_lab.config.dotlist import format_dotlist
 from agl_lab.config.handoff import overrides
 from agl_lab.config.modes import trainable_modes
-from agl_lab.config.settings import ESTIMATOR, SETTINGS, estimator_choices
+from agl_lab.config.settings import SETTINGS, estimator_choices
+from agl_lab.core.keys import ESTIMATOR, ROLLOUT_N, TRAIN_BATCH
 from agl_lab.ui.controls import control_overrides, settings_controls
 from agl_lab.ui.gc_pauses import freeze_loaded
 
@@ -42,7 +43,7 @@ class ConfigPanel:
         style = {"description_width": "220px"}  # the longest description, "ppo_mini_batch_size (prompts)", fits
         layout = widgets.Layout(width="620px")  # the longest loss-mode label fits beside it
         self.controls = settings_controls(start, modes=trainable_modes(), keep_own=True)
-        for name in ("rollout_level", "mode", "cap", "ppo_mini_batch_size"):
+        for name in ("rollout_level", "mode", "max_ppo_update_times", "ppo_mini_batch_size"):
             self.controls[name].style, self.controls[name].layout = style, layout
         self.controls["rollout_level"].indent = True
         estimators = list(dict.fromkeys([start.algorithm.adv_estimator, *estimator_choices()]))
@@ -51,12 +52,14 @@ class ConfigPanel:
         )
         self.extra = widgets.Text(
             description="more key=value",
-            placeholder="data.train_batch_size=32 actor_rollout_ref.rollout.n=8",
+            placeholder=f"{TRAIN_BATCH}=32 {ROLLOUT_N}=8",
             style=style,
             layout=widgets.Layout(width="760px"),
         )
         self.view = widgets.HTML()
-        shown = [self.controls[name] for name in ("rollout_level", "mode", "cap", "ppo_mini_batch_size")]
+        shown = [
+            self.controls[name] for name in ("rollout_level", "mode", "max_ppo_update_times", "ppo_mini_batch_size")
+        ]
         for control in (*shown, self.estimator, self.extra):
             control.observe(lambda _change: self.refresh(), names="value")
         self.widget = widgets.VBox([*shown, self.estimator, self.extra, self.view])

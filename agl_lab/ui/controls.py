@@ -16,11 +16,12 @@ import ipywidgets as w
 from omegaconf import DictConfig
 
 from agl_lab.config.modes import LOSS_MODES, mode_from_config
-from agl_lab.config.settings import CAP, CAP_CHOICES, MINI_BATCH, ROLLOUT_LEVEL, SETTINGS, setting_overrides
+from agl_lab.config.settings import MAX_PPO_UPDATE_TIMES_CHOICES, NORMALIZATION, SETTINGS, setting_overrides
+from agl_lab.core.keys import MAX_PPO_UPDATE_TIMES, MINI_BATCH, ROLLOUT_LEVEL
 from agl_lab.lab.synthetic import CALL_PATTERNS, SyntheticKnobs, knob_range
 
 __all__ = [
-    "NO_CAP",
+    "NULL_TIMES",
     "OWN_MODE",
     "WIDE",
     "control_overrides",
@@ -29,7 +30,7 @@ __all__ = [
     "settings_controls",
 ]
 
-NO_CAP = "none"  # the cap control's value for null (a selection widget cannot hold None)
+NULL_TIMES = "none"  # the max_ppo_update_times control's value for null (a selection widget cannot hold None)
 OWN_MODE = "config"  # the loss-mode control's value for "the config's own loss" (one the catalogue lacks)
 WIDE = {"description_width": "initial"}
 
@@ -41,8 +42,10 @@ def settings_controls(cfg: DictConfig, *, modes: Sequence[str], keep_own: bool =
     ``keep_own``: when the config's loss is not in the catalogue (``gspo``, say), offer it as a first option
     (value :data:`OWN_MODE`) and start there, rather than switching the config to another mode.
     """
-    cap = cfg.agentlightning.max_ppo_update_times
-    cap_options = [(NO_CAP if c is None else str(c), NO_CAP if c is None else c) for c in CAP_CHOICES]
+    times = cfg.agentlightning.max_ppo_update_times
+    times_options = [
+        (NULL_TIMES if t is None else str(t), NULL_TIMES if t is None else t) for t in MAX_PPO_UPDATE_TIMES_CHOICES
+    ]
     mode_options = [(LOSS_MODES[m].label, m) for m in modes]
     if keep_own and mode_from_config(cfg) not in modes:
         actor = cfg.actor_rollout_ref.actor
@@ -56,14 +59,14 @@ def settings_controls(cfg: DictConfig, *, modes: Sequence[str], keep_own: bool =
         "mode": w.Dropdown(
             options=mode_options,
             value=mode_options[0][1] if mode_options[0][1] == OWN_MODE else initial_mode(cfg, modes),
-            description="loss mode",
+            description=NORMALIZATION,
             style=WIDE,
             layout=w.Layout(width="400px"),  # the longest label fits, so a label is never cut
         ),
-        "cap": w.SelectionSlider(
-            options=cap_options,
-            value=NO_CAP if cap is None else min(int(cap), CAP_CHOICES[-1]),
-            description=SETTINGS[CAP].label,
+        "max_ppo_update_times": w.SelectionSlider(
+            options=times_options,
+            value=NULL_TIMES if times is None else min(int(times), MAX_PPO_UPDATE_TIMES_CHOICES[-1]),
+            description=SETTINGS[MAX_PPO_UPDATE_TIMES].label,
             continuous_update=False,
             style=WIDE,
         ),
@@ -81,11 +84,11 @@ def settings_controls(cfg: DictConfig, *, modes: Sequence[str], keep_own: bool =
 def control_settings(controls: dict[str, w.ValueWidget]) -> dict[str, Any]:
     """The shared controls' values, typed: rollout_level, mode, max_ppo_update_times (None: no cap), mini-batch,
     seed."""
-    cap = controls["cap"].value
+    times = controls["max_ppo_update_times"].value
     return {
         "rollout_level": bool(controls["rollout_level"].value),
         "mode": controls["mode"].value,
-        "max_ppo_update_times": None if cap == NO_CAP else int(cap),
+        "max_ppo_update_times": None if times == NULL_TIMES else int(times),
         "ppo_mini_batch_size": int(controls["ppo_mini_batch_size"].value),
         "seed": int(controls["seed"].value),
     }
@@ -94,9 +97,12 @@ def control_settings(controls: dict[str, w.ValueWidget]) -> dict[str, Any]:
 def control_overrides(controls: dict[str, w.ValueWidget]) -> dict[str, Any]:
     """The shared controls as config keys (dotted → typed value): the three settings and the mini-batch size."""
     s = control_settings(controls)
-    if s["mode"] == OWN_MODE or not LOSS_MODES[s["mode"]].trainable:  # the config's loss stays as it is
-        return {ROLLOUT_LEVEL: s["rollout_level"], CAP: s["max_ppo_update_times"], MINI_BATCH: s["ppo_mini_batch_size"]}
-    keys = setting_overrides(rollout_level=s["rollout_level"], mode=s["mode"], cap=s["max_ppo_update_times"])
+    own = s["mode"] == OWN_MODE or not LOSS_MODES[s["mode"]].trainable  # then the config's loss stays as it is
+    keys = setting_overrides(
+        rollout_level=s["rollout_level"],
+        mode=None if own else s["mode"],
+        max_ppo_update_times=s["max_ppo_update_times"],
+    )
     return {**keys, MINI_BATCH: s["ppo_mini_batch_size"]}
 
 

@@ -31,6 +31,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from omegaconf import DictConfig, OmegaConf
 
+from agl_lab.core.keys import CURVE_OVERLAY, CURVE_SMOOTHING
 from agl_lab.curves.band_kinds import Band
 from agl_lab.curves.history import COLUMNS, read_run_dir
 from agl_lab.curves.panels import PANELS
@@ -113,12 +114,12 @@ class CurveView:
     def settings(self) -> dict[str, Any]:
         """The view's config keys: ``lab.curve_smoothing`` and ``lab.curve_overlay`` (saved with every run)."""
         smoothing = round(float(self.smoothing.value), 2)
-        return {"lab.curve_smoothing": smoothing, "lab.curve_overlay": list(self.runs.value)}
+        return {CURVE_SMOOTHING: smoothing, CURVE_OVERLAY: list(self.runs.value)}
 
     def restore(self, cfg: DictConfig) -> None:
         """Take the smoothing and overlaid runs from ``cfg`` (a run's config), then hand it to ``on_restore``."""
-        self.smoothing.value = float(OmegaConf.select(cfg, "lab.curve_smoothing", default=DEFAULT_SMOOTHING))
-        overlay = [str(p) for p in OmegaConf.select(cfg, "lab.curve_overlay", default=None) or []]
+        self.smoothing.value = float(OmegaConf.select(cfg, CURVE_SMOOTHING, default=DEFAULT_SMOOTHING))
+        overlay = [str(p) for p in OmegaConf.select(cfg, CURVE_OVERLAY, default=None) or []]
         self.find_runs(keep=overlay)
         if self.on_restore is not None:
             self.on_restore(cfg)

@@ -20,11 +20,12 @@ from omegaconf import DictConfig, OmegaConf
 from agl_lab.config.compose import short_run_config
 from agl_lab.config.dotlist import hydra_value
 from agl_lab.config.tree import leaves
+from agl_lab.core.keys import EXPERIMENT_NAME, RUN_DIR, SEED
 
 __all__ = ["run_config", "train_command", "train_commands", "train_dotlist"]
 
 # Chosen per run, never worth rerunning with: a fresh run directory is the point of running again.
-_PER_RUN = ("lab.run_dir",)
+_PER_RUN = (RUN_DIR,)
 
 
 def train_command(cfg: DictConfig, view: Mapping[str, Any] | None = None, *, base: DictConfig | None = None) -> str:
@@ -46,7 +47,7 @@ def train_commands(
     lines = []
     for name, items in settings.items():
         for seed in seeds:
-            cell = [*items, *dotlist, f"lab.seed={seed}", f"trainer.experiment_name={name}", *extra]
+            cell = [*items, *dotlist, f"{SEED}={seed}", f"{EXPERIMENT_NAME}={name}", *extra]
             lines.append(train_command(short_run_config(dotlist=cell)))
     return "\n".join(lines)
 

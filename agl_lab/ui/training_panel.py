@@ -27,6 +27,8 @@ from agl_lab.config.modes import trainable_modes
 from agl_lab.config.settings import DEMO_SETTINGS
 from agl_lab.config.task_rows import fitting_limits
 from agl_lab.config.tree import leaves
+from agl_lab.core.keys import MAX_TURNS, REWRITE_PROB, SEED, STEPS, TASK_SIZE, TRACE_LEVEL
+from agl_lab.core.metric_names import N_ROLLOUTS, N_SAMPLE, N_SAMPLE_TRAINED, SUCCESS_RATE
 from agl_lab.curves.history import long_form
 from agl_lab.ui.controls import WIDE, control_overrides, settings_controls
 from agl_lab.ui.curve_view import CurveView
@@ -56,8 +58,7 @@ class TrainingPanel:
         self.cfg = copy.deepcopy(cfg) if cfg is not None else short_run_config()
         if not isinstance(self.cfg.trainer.total_training_steps, int):
             raise ValueError(
-                "TrainingPanel needs trainer.total_training_steps (a number of steps): start from "
-                "agl_lab.short_run_config(), which sets it"
+                f"TrainingPanel needs {STEPS} (a number of steps): start from agl_lab.short_run_config(), which sets it"
             )
         self.redraw_s = redraw_s
         self.result = None
@@ -91,12 +92,12 @@ class TrainingPanel:
         c = self.controls
         values = {
             **control_overrides(c),
-            "agentlightning.trace_aggregator.level": c["level"].value,
-            "lab.task_size": int(c["task_size"].value),
-            "lab.max_turns": int(c["max_turns"].value),
-            "lab.rewrite_prob": float(c["rewrite_prob"].value),
-            "trainer.total_training_steps": int(c["steps"].value),
-            "lab.seed": int(c["seed"].value),
+            TRACE_LEVEL: c["level"].value,
+            TASK_SIZE: int(c["task_size"].value),
+            MAX_TURNS: int(c["max_turns"].value),
+            REWRITE_PROB: float(c["rewrite_prob"].value),
+            STEPS: int(c["steps"].value),
+            SEED: int(c["seed"].value),
             **self.curves.settings(),
         }
         return {**values, **fitting_limits(self._applied(values))}
@@ -213,7 +214,13 @@ class TrainingPanel:
     def _layout(self) -> w.Widget:
         c = self.controls
         settings = w.VBox(
-            [w.HTML("<b>Settings</b>"), c["rollout_level"], c["mode"], c["cap"], c["ppo_mini_batch_size"]]
+            [
+                w.HTML("<b>Settings</b>"),
+                c["rollout_level"],
+                c["mode"],
+                c["max_ppo_update_times"],
+                c["ppo_mini_batch_size"],
+            ]
         )
         task = w.VBox([w.HTML("<b>Task</b>"), c["level"], c["task_size"], c["max_turns"], c["rewrite_prob"]])
         run = w.VBox([w.HTML("<b>Run</b>"), c["steps"], c["seed"], w.HBox([self.run_button, self.stop_button])])
@@ -226,8 +233,8 @@ def _last_step(history: pd.DataFrame) -> str:
         return ""
     last = history.iloc[-1]
     return (
-        f"success {last['lab/success_rate']:.2f}, {int(last['training/n_sample'])} rows from "
-        f"{int(last['training/n_rollouts'])} rollouts, {int(last['training/n_sample_trained'])} trained"
+        f"success {last[SUCCESS_RATE]:.2f}, {int(last[N_SAMPLE])} rows from "
+        f"{int(last[N_ROLLOUTS])} rollouts, {int(last[N_SAMPLE_TRAINED])} trained"
     )
 
 

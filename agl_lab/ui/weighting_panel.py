@@ -35,8 +35,9 @@ from verl import DataProto
 from agl_lab.config.compose import compose_config
 from agl_lab.config.dotlist import format_dotlist
 from agl_lab.config.modes import LOSS_MODES, mode_from_config
-from agl_lab.config.settings import ROLLOUT_N
+from agl_lab.config.settings import configure
 from agl_lab.core.groups import rollouts_per_prompt
+from agl_lab.core.keys import MICRO_BATCH, ROLLOUT_N, SEED
 from agl_lab.core.pipeline import mini_batch_rows
 from agl_lab.lab import weight_figures
 from agl_lab.lab.class_stats import class_weights, fate_counts, size_counts
@@ -55,7 +56,6 @@ __all__ = ["WeightingPanel"]
 _GENERATOR_KNOBS = ("n_prompts", "rollouts_per_prompt", "calls", "min_calls", "max_calls", "continue_prob",
                     "fail_extra_calls", "min_tokens", "max_tokens", "success_prob", "partial_credit", "break_prob",
                     "level")  # fmt: skip
-_MICRO = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
 _TABLE_COLUMNS = ("row", "mini_batch", "micro_batch", "trainable_tokens", "fate", "advantage", "weight", "mass")
 
 
@@ -149,12 +149,9 @@ class WeightingPanel:
     def _analyze(self) -> None:
         rows = self._rows()
         s = self.settings()
-        actor = self.cfg.actor_rollout_ref.actor
-        self.cfg.actor_rollout_ref.rollout.n = self._n()
-        actor.ppo_mini_batch_size = s["ppo_mini_batch_size"]
-        actor.ppo_micro_batch_size_per_gpu = s["micro"] or None
-        self.cfg.agentlightning.max_ppo_update_times = s["max_ppo_update_times"]
-        self.cfg.lab.seed = s["seed"]
+        # the settings reach the config as the dotlist gives them (the analysis computes every rollout level and
+        # normalization itself, so their keys change nothing here), with the seed the analysis draws with
+        configure(self.cfg, {**self._overrides(), SEED: s["seed"]}, in_place=True)
         key = (id(rows), self._n(), s["ppo_mini_batch_size"], s["max_ppo_update_times"], s["seed"], s["micro"],
                s["dp_size"])  # fmt: skip
         if key != self._selection:
@@ -225,8 +222,12 @@ class WeightingPanel:
 
     def dotlist(self) -> list[str]:
         """The shown settings as Hydra overrides for Agent Lightning's trainer (a mode it cannot train: left out)."""
+        return format_dotlist(self._overrides())
+
+    def _overrides(self) -> dict[str, Any]:
+        """The shown settings as config keys: the shared controls', ``rollout.n`` and the micro-batch size."""
         micro = int(self.controls["micro"].value) or None
-        return format_dotlist({**control_overrides(self.controls), ROLLOUT_N: self._n(), _MICRO: micro})
+        return {**control_overrides(self.controls), ROLLOUT_N: self._n(), MICRO_BATCH: micro}
 
     def _rows(self) -> CompactRows | DataProto:
         if self.rows_given is not None:
@@ -251,7 +252,7 @@ class WeightingPanel:
 
     def _layout(self) -> w.Widget:
         c = self.controls
-        settings = w.VBox([w.HTML("<b>Settings</b>"), c["rollout_level"], c["mode"], c["cap"],
+        settings = w.VBox([w.HTML("<b>Settings</b>"), c["rollout_level"], c["mode"], c["max_ppo_update_times"],
                            c["ppo_mini_batch_size"], c["micro"], c["dp_size"], c["seed"]])  # fmt: skip
         columns = [settings]
         if self.rows_given is None:
