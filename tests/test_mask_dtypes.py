@@ -26,8 +26,8 @@ from agl_lab import (
     weighting_diagnostics,
 )
 from agl_lab.config.compose import compose_from
+from agl_lab.core.row_sums import trainable_tokens
 from agl_lab.core.row_weights import row_loss_weights, weight_advantages
-from agl_lab.core.rows import trainable_tokens
 from agl_lab.files.batch_io import load_batch, sample_batch_path
 from agl_lab.lab.loss_scale import loss_scale
 from agl_lab.lab.weighting import analyze_weighting

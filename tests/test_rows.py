@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from agl_lab.core.groups import group_rows
-from agl_lab.core.rows import build_rows, require_fields, row_blocks, rows_frame, trainable_tokens
+from agl_lab.core.row_sums import row_blocks, trainable_tokens
+from agl_lab.core.rows import build_rows, require_fields, rows_frame
 from agl_lab.lab.examples import example_rows
 from conftest import make_rows
 

@@ -11,42 +11,34 @@
    ``loss_weight`` (mean 1 over the step's rows) multiplies its advantages and is kept as ``batch["loss_weight"]`` for
    the actor's entropy and KL terms (:mod:`agl_lab.core.row_weights`)
 
-:func:`select_rows` is steps 1–2 (:func:`plan_selection` with reasons), :func:`rewards_and_advantages` steps 3–4,
-:func:`compute_advantages` 3–5 (:func:`normalize_for_loss` 5 alone), :func:`prepare_batch` all: the one implementation
-the trainer, the weighting lab, the diagnostics, the panels and ``agl-lab check`` share.
+:func:`select_rows` is steps 1–2 (:func:`plan_selection` with reasons; from :mod:`agl_lab.core.selection`),
+:func:`rewards_and_advantages` steps 3–4, :func:`compute_advantages` 3–5 (:func:`normalize_for_loss` 5 alone),
+:func:`prepare_batch` all: the one implementation the trainer, the weighting lab, the diagnostics, the panels and
+``agl-lab check`` share.
 """
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from omegaconf import DictConfig
-from tensordict import TensorDict
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.metric_utils import compute_data_metrics
-from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage, compute_response_mask
+from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 
 from agl_lab.core import metric_names
 from agl_lab.core.advantage import compute_rollout_level_advantage
-from agl_lab.core.groups import as_arrays, group_rows
+from agl_lab.core.groups import group_rows
 from agl_lab.core.keys import USE_KL_IN_REWARD
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, normalize_advantages_by_rollout
 from agl_lab.core.row_weights import LOSS_WEIGHT, ROW_WEIGHTED_LOSS_MODES, weighted_advantages
-from agl_lab.core.rows import require_finite_rows, require_matrix
+from agl_lab.core.rows import require_finite_rows
+from agl_lab.core.selection import FATES, Selection, mini_batch_rows, plan_selection, select_rows
 from agl_lab.core.turn_advantage import compute_turn_level_advantage, rollout_level_problem
 from agl_lab.core.turn_estimators import is_turn_estimator
-from agl_lab.core.update_cap import (
-    marked_rows_kept,
-    partially_dropped_count,
-    plan_update_cap,
-    warn_no_trainable_batch,
-)
 
 __all__ = [
     "FATES",
@@ -61,108 +53,6 @@ __all__ = [
     "prepare_batch",
     "select_rows",
 ]
-
-
-def mini_batch_rows(cfg: DictConfig) -> int:
-    """Rows per PPO mini-batch: ``ppo_mini_batch_size × rollout.n`` (verl counts prompts, rows are rollouts)."""
-    return int(cfg.actor_rollout_ref.actor.ppo_mini_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
-
-
-@dataclass(frozen=True)
-class Selection:
-    """Steps 1–2 on a batch: the rows that reach the update, and what happened to every input row."""
-
-    batch: DataProto  # the kept rows, in input order, with ``uid`` and ``response_mask`` set
-    kept: np.ndarray  # (kept,) int64: the input row of each kept row
-    fate: np.ndarray  # (rows,) object: one of FATES for every input row
-    metrics: dict[str, Any]
-    # rollouts with rows kept and rows dropped (None: no rollout_id_list); the trainer and the cap figure read it
-    partially_dropped: int | None = None
-
-    @property
-    def partial_metrics(self) -> dict[str, int]:
-        """``lab/partially_dropped_rollouts`` (a lab metric beside Agent Lightning's); nothing without rollout ids."""
-        partial = self.partially_dropped
-        return {} if partial is None else {metric_names.PARTIALLY_DROPPED_ROLLOUTS: partial}
-
-
-FATES = ("kept", "dropped/marked", "dropped/same_reward", "dropped/random")
-
-
-def select_rows(rows: DataProto, cfg: DictConfig, *, seed: int | None = None) -> tuple[DataProto, dict[str, Any]]:
-    """Steps 1–2: set ``uid``, drop marked rows, align to mini-batches and apply the update cap.
-
-    ``rows`` is not modified. ``seed`` (default ``lab.seed``) fixes which surplus rows are dropped. An empty
-    result comes back with an ``EmptyBatchWarning``: skip the step.
-    """
-    selection = plan_selection(rows, cfg, seed=seed, stacklevel=3)
-    return selection.batch, selection.metrics
-
-
-def plan_selection(rows: DataProto, cfg: DictConfig, *, seed: int | None = None, stacklevel: int = 2) -> Selection:
-    """:func:`select_rows` with its reasons: which input rows are kept, why each other row is dropped, and how many
-    rollouts are trained in part. An empty selection warns (``EmptyBatchWarning``, ``stacklevel`` counted from the
-    caller): the trainer skips that step."""
-    if cfg.algorithm.adv_estimator == core_algos.AdvantageEstimator.REMAX:
-        raise NotImplementedError("REMAX baseline not yet supported in AgentLightningRayPPOTrainer")
-    seed = int(cfg.lab.seed) if seed is None else seed
-    batch = _shallow_copy(rows)
-    batch.meta_info["temperature"] = cfg.actor_rollout_ref.rollout.temperature
-    if "data_id_list" in batch.non_tensor_batch:
-        batch.non_tensor_batch["uid"] = batch.non_tensor_batch["data_id_list"]
-    else:  # Agent Lightning gives every row its own group then
-        rng = np.random.default_rng(seed)
-        batch.non_tensor_batch["uid"] = np.array(
-            [str(uuid.UUID(bytes=rng.bytes(16), version=4)) for _ in range(len(batch))], dtype=object
-        )
-    if "response_mask" not in batch.batch.keys():
-        batch.batch["response_mask"] = compute_response_mask(batch)
-    if "token_level_scores" not in batch.batch.keys():
-        raise AssertionError("rollout bridge must populate token_level_scores")
-    require_matrix(batch, "token_level_scores", floating=True, finite=True)  # a NaN reward would poison its group
-    if "attention_mask" in batch.batch.keys():  # the tokens of every collected row, as Agent Lightning records them
-        batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
-
-    n = len(batch)
-    survivors, metrics = marked_rows_kept(batch)  # (survivors,)
-    # The cap is planned on the survivors' scores and ids only, and every tensor is copied once, with one index for
-    # both drops: copying the rows is most of this step's time (it is what verl's row indexing does per field).
-    plan = plan_update_cap(
-        _rows_for_plan(batch, survivors),
-        mini_batch_size=mini_batch_rows(cfg),
-        max_ppo_update_times=cfg.agentlightning.max_ppo_update_times,
-        seed=seed,
-        drop_unit=cfg.lab.cap_drop_unit,
-    )
-    kept = survivors[plan.kept]  # (kept,)
-    if len(kept) < n:
-        batch = batch[torch.from_numpy(kept)]
-    fate = np.full(n, FATES[1], dtype=object)
-    fate[survivors] = FATES[0]
-    fate[survivors[plan.dropped_same_reward]] = FATES[2]
-    fate[survivors[plan.dropped_random]] = FATES[3]
-    if len(kept) == 0:
-        warn_no_trainable_batch(n, mini_batch_rows(cfg), stacklevel=stacklevel)
-    return Selection(
-        batch=batch,
-        kept=kept,
-        fate=fate,
-        metrics={**metrics, **plan.metrics},
-        partially_dropped=partially_dropped_count(rows, kept),
-    )
-
-
-def _rows_for_plan(batch: DataProto, survivors: np.ndarray) -> DataProto:
-    """The survivors with what :func:`plan_update_cap` reads (the scores and the id columns), not their token ids."""
-    scores = batch.batch["token_level_scores"]  # (rows, R)
-    if len(survivors) < len(batch):
-        scores = torch.index_select(scores, 0, torch.from_numpy(survivors))  # (survivors, R)
-        non_tensors = {key: values[survivors] for key, values in batch.non_tensor_batch.items()}
-    else:
-        non_tensors = dict(batch.non_tensor_batch)
-    return DataProto(
-        batch=TensorDict({"token_level_scores": scores}, batch_size=len(scores)), non_tensor_batch=non_tensors
-    )
 
 
 def compute_advantages(
@@ -302,13 +192,3 @@ def _group_metrics(batch: DataProto) -> dict[str, int]:
     high = torch.full((groups.n_groups,), -torch.inf).scatter_reduce(0, codes, scores, "amax")  # (groups,)
     low = torch.full((groups.n_groups,), torch.inf).scatter_reduce(0, codes, scores, "amin")  # (groups,)
     return {metric_names.N_GROUPS: groups.n_groups, metric_names.N_ZERO_ADV_GROUPS: int((high - low == 0).sum())}
-
-
-def _shallow_copy(rows: DataProto) -> DataProto:
-    """A DataProto sharing the tensors of ``rows``, so adding or replacing fields leaves ``rows`` as it was.
-
-    Non-tensor columns given as lists, tuples or Series become numpy arrays, which verl's row indexing needs.
-    """
-    return DataProto(
-        batch=rows.batch.copy(), non_tensor_batch=as_arrays(rows.non_tensor_batch), meta_info=dict(rows.meta_info)
-    )

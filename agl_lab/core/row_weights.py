@@ -102,7 +102,7 @@ def row_loss_weights(response_mask: torch.Tensor, rollout_ids: Any, *, mode: str
                          f"({response_mask.shape[0]})")  # fmt: skip
     import torch
 
-    from agl_lab.core.rows import trainable_tokens
+    from agl_lab.core.row_sums import trainable_tokens
 
     codes = group_rows(rollout_ids, field="rollout_id_list").codes  # (rows,)
     weights = loss_weights(trainable_tokens(response_mask).cpu().numpy(), codes, mode=mode)  # (rows,)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agl_lab.core.rows import row_blocks
+from agl_lab.core.row_sums import row_blocks
 
 __all__ = ["broadcast_turns", "last_turn_values", "turn_ids", "turn_values"]
 

@@ -20,7 +20,7 @@ from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_response_mask
 
 from agl_lab.core.groups import as_ids
-from agl_lab.core.rows import trainable_tokens
+from agl_lab.core.row_sums import trainable_tokens
 
 __all__ = ["OUTCOME_ESTIMATORS", "CompactRows", "compact_rows"]
 

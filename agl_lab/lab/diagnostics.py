@@ -21,7 +21,8 @@ from verl.trainer.ppo.ray_trainer import compute_response_mask
 
 from agl_lab.config.modes import LOSS_MODES, weighing_mode
 from agl_lab.core.pipeline import compute_advantages
-from agl_lab.core.rows import require_fields, row_blocks
+from agl_lab.core.row_sums import row_blocks
+from agl_lab.core.rows import require_fields
 from agl_lab.core.turns import last_turn_values
 from agl_lab.core.update_cap import drop_marked_rows
 from agl_lab.core.weights import TokenLayout

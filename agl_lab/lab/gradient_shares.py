@@ -33,7 +33,7 @@ from verl.utils.config import omega_conf_to_dataclass
 from agl_lab.config.modes import trainable_modes
 from agl_lab.config.settings import configure, setting_overrides
 from agl_lab.core.pipeline import compute_advantages
-from agl_lab.core.rows import trainable_tokens
+from agl_lab.core.row_sums import trainable_tokens
 from agl_lab.lab.weighting import analyze_weighting
 
 __all__ = ["agreement", "gradient_shares", "row_gradients"]

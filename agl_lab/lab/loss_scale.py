@@ -18,7 +18,7 @@ from agl_lab.config.modes import LOSS_MODES, weighing_mode
 from agl_lab.core import weights
 from agl_lab.core.groups import group_rows, non_tensor_ids
 from agl_lab.core.pipeline import mini_batch_rows
-from agl_lab.core.rows import trainable_tokens
+from agl_lab.core.row_sums import trainable_tokens
 from agl_lab.core.weights import TokenLayout
 
 __all__ = ["layout_settings", "loss_scale", "token_layout"]

@@ -39,7 +39,7 @@ from verl import DataProto
 
 from agl_lab.config.compose import compose_config
 from agl_lab.core.pipeline import estimate_advantages
-from agl_lab.core.rows import trainable_tokens
+from agl_lab.core.row_sums import trainable_tokens
 from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
 from agl_lab.lab.turn_credit import ESTIMATORS
 

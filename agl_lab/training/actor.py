@@ -37,8 +37,8 @@ from verl.workers.config.optimizer import build_optimizer
 
 from agl_lab.core.keys import LR_SCHEDULER
 from agl_lab.core.metric_names import ACTOR_GRAD_NORM, ACTOR_LR, ACTOR_PG_LOSS
+from agl_lab.core.row_sums import trainable_tokens
 from agl_lab.core.row_weights import LOSS_WEIGHT, weighted_terms
-from agl_lab.core.rows import trainable_tokens
 from agl_lab.training.policy import Policy, score
 
 __all__ = ["LabActor", "build_optimizer_and_scheduler", "compute_log_probs", "update_actor"]
