@@ -170,7 +170,7 @@ def test_an_agl_lab_run_by_step_from_its_metrics_and_a_step_logged_twice(tmp_pat
     assert whole["rows"].item() == sum(m["lab/diagnostics/rows"] for m in logged)
     with (run / "metrics.jsonl").open("a") as f:  # a resumed run appended step 2 again
         f.write(json.dumps(logged[1]) + "\n")
-    with pytest.raises(ValueError, match=r"metrics\.jsonl logs step\(s\) \[2\] more than once"):
+    with pytest.raises(ValueError, match=r"metrics\.jsonl, line 4: lab/success_rate is logged a second time at step 2"):
         agl_lab.weighting_diagnostics(run)
 
 

@@ -264,7 +264,7 @@ def test_a_local_ray_that_misses_rays_startup_window_is_started_again_then_the_e
     and raises Ray's own error after its last try. A cluster's address is never retried: a wrong one fails at once."""
     import ray
 
-    from agl_lab.training import ray_start
+    from agl_lab.studies import ray_start
 
     starts, shutdowns = [], []
 

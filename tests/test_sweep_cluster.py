@@ -27,6 +27,8 @@ import pytest
 from conftest import start_agl_lab, wait_until
 
 RAY = str(Path(sys.executable).parent / "ray")
+STARTS = 3  # tries at bringing the cluster up when a node misses Ray's own 30 s start-up window
+STARTUP_TIMEOUT = "timed out during startup"
 START_TIMEOUT_S = 180  # a Ray node starts in ~30 s on 2 loaded cores; generous, so a slow machine is not a failure
 SETTINGS = ("algorithm.enable_rollout_level_advantage=true,false",)
 TINY = (
@@ -138,13 +140,24 @@ def cluster(tmp_path):
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats", "--block"]
     nodes: list[subprocess.Popen] = []
     try:
-        head_args = [f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false", *_agent_ports()]
-        head = _start_node(["--head", *head_args, *common], env=env, log=tmp_path / "head.log", nodes=nodes)
-        _wait_listening(port, head)  # the worker joins as soon as the head's GCS answers; both then start together
-        worker_args = [f"--address=127.0.0.1:{port}", *_agent_ports()]
-        worker = _start_node([*worker_args, *common], env=env, log=tmp_path / "worker.log", nodes=nodes)
-        for node, log in ((head, "head.log"), (worker, "worker.log")):
-            _wait_started(node, tmp_path / log)
+        for attempt in range(1, STARTS + 1):  # Ray gives a raylet a fixed 30 s to register; a busy machine can miss it
+            head_args = [f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false", *_agent_ports()]
+            head = _start_node(["--head", *head_args, *common], env=env, log=tmp_path / "head.log", nodes=nodes)
+            _wait_listening(port, head)  # the worker joins as soon as the head's GCS answers; both then start together
+            worker_args = [f"--address=127.0.0.1:{port}", *_agent_ports()]
+            worker = _start_node([*worker_args, *common], env=env, log=tmp_path / "worker.log", nodes=nodes)
+            started = zip((head, worker), [tmp_path / "head.log", tmp_path / "worker.log"], strict=True)
+            pairs = list(started)
+            if attempt < STARTS and any(not _started(node, log) for node, log in pairs):
+                for node in reversed(nodes):
+                    _stop(node)
+                nodes.clear()
+                _kill_strays(token)
+                port = _free_port()
+                continue
+            for node, log in pairs:
+                _wait_started(node, log)
+            break
         yield Cluster(f"127.0.0.1:{port}", port, token, env, head, worker, _raylet_node_id(worker))
     finally:
         for node in reversed(nodes):
@@ -160,6 +173,18 @@ def _start_node(args: list[str], *, env: dict[str, str], log: Path, nodes: list)
         )
     nodes.append(node)
     return node
+
+
+def _started(node: subprocess.Popen, log: Path) -> bool:
+    """Whether the node started; False when it ended first with Ray's start-up timeout (the caller tries again)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while "Ray runtime started" not in log.read_text():
+        if node.poll() is not None and STARTUP_TIMEOUT in log.read_text():
+            return False
+        if node.poll() is not None or time.monotonic() > deadline:
+            return True  # another failure: _wait_started reports it with the log
+        time.sleep(0.5)
+    return True
 
 
 def _wait_started(node: subprocess.Popen, log: Path) -> None:

@@ -103,7 +103,8 @@ def process_state():
         "threads": torch.get_num_threads(),
         "affinity": os.sched_getaffinity(0),
         "rng": torch.get_rng_state().numpy().tobytes(),
-        "temp folders": sorted(Path(tempfile.gettempdir()).glob("agl_lab_verl_actor_*")),
+        # this process's (its pid in the name): another test process may hold its own meanwhile
+        "temp folders": sorted(Path(tempfile.gettempdir()).glob(f"agl_lab_verl_actor_{os.getpid()}_*")),
     }
 
 

@@ -111,7 +111,8 @@ def _batch(cfg: DictConfig) -> int:
 def _optimizer(actor: Any, cfg: DictConfig) -> None:
     """verl's optimizer and LR schedule as the lab's actor builds them, on one parameter: what they refuse does not
     depend on the model."""
-    one_parameter = SimpleNamespace(model=torch.nn.Linear(1, 1))
+    with torch.random.fork_rng(devices=[]):  # a layer's init draws from torch's RNG: a check leaves the run's as it was
+        one_parameter = SimpleNamespace(model=torch.nn.Linear(1, 1))
     steps = OmegaConf.select(cfg, STEPS)
     build_optimizer_and_scheduler(one_parameter, actor, total_steps=steps if isinstance(steps, int) else 1)
 

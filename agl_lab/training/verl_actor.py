@@ -38,6 +38,7 @@ import copy
 import gc
 import io
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -89,7 +90,7 @@ class VerlActor:
             )
         self._stack.callback(_ONE_AT_A_TIME.release)
         try:
-            folder = Path(tempfile.mkdtemp(prefix="agl_lab_verl_actor_"))
+            folder = Path(tempfile.mkdtemp(prefix=f"agl_lab_verl_actor_{os.getpid()}_"))  # whose, by its pid
             self._stack.callback(shutil.rmtree, folder, ignore_errors=True)
             policy.save(folder)
             self.config = verl_worker_config(
