@@ -285,7 +285,8 @@ def test_verls_actor_beside_row_weights_and_an_entropy_or_kl_term_is_refused(mod
         term,
         "algorithm.adv_estimator=grpo",
     ]
-    errors = [f for f in diagnose(compose_config(dotlist=dotlist)) if f.level == "error"]
-    assert [f.key for f in errors] == ["lab.actor"]
-    assert "applies it to the advantages only" in errors[0].message and "lab.actor=lab" in errors[0].fix
-    assert not [f for f in diagnose(compose_config(dotlist=[*dotlist[:2], dotlist[3]])) if f.key == "lab.actor"]
+    # on verl 0.8.0 lab.actor=verl is refused for its platform registry too: the row-weight error is looked for alone
+    said = "applies it to the advantages only"
+    errors = [f for f in diagnose(compose_config(dotlist=dotlist)) if f.level == "error" and said in f.message]
+    assert [f.key for f in errors] == ["lab.actor"] and "lab.actor=lab" in errors[0].fix
+    assert not [f for f in diagnose(compose_config(dotlist=[*dotlist[:2], dotlist[3]])) if said in f.message]
