@@ -83,13 +83,14 @@ readme: $(BIN)/.installed
 			"--ignore-glob=tests/test_browser*.py" >&2; exit 1; \
 	fi
 
-# On every core (pytest-xdist): tests/conftest.py keeps the tests sharing a server on one worker. Serially, one test
-# file or a debugger: $(BIN)/python -m pytest [FILE]
+# Serially: on 2 cores the suite on both (pytest-xdist, `$(BIN)/python -m pytest -n auto --dist loadgroup`, which
+# tests/conftest.py prepares) took 25-30 minutes instead of ~50, but a notebook starting Ray in the browser beside
+# another test's Ray timed out once in two fresh-clone runs; until that is settled CI runs the suite one test at a time.
 test: $(BIN)/.oracle /usr/bin/chromium
-	$(BIN)/python -m pytest -n auto --dist loadgroup
+	$(BIN)/python -m pytest
 
 test-core: $(BIN)/.oracle
-	AGL_LAB_ORACLE_EXAMPLES=500 $(BIN)/python -m pytest -n auto $(CORE_TESTS)
+	AGL_LAB_ORACLE_EXAMPLES=500 $(BIN)/python -m pytest $(CORE_TESTS)
 
 bench: $(BIN)/.oracle
 	$(BIN)/python benchmarks/bench_core.py

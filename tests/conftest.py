@@ -225,11 +225,11 @@ def lines_in(path) -> int:
     return len(Path(path).read_text().splitlines()) if Path(path).exists() else 0
 
 
-# `make test` runs the suite on both cores (pytest-xdist, ``-n auto --dist loadgroup``). Tests that share one server
-# (JupyterLab with Chromium) stay on one worker, so it starts once; tests that start a Ray of their own (marked
-# ``ray``, the two-node cluster's file) run one after another on one worker, since two Ray starts at once on 2 busy
-# cores can miss Ray's fixed 30 s start-up window. The files that take longest start first, so that no worker is left
-# with one of them alone at the end. Run serially (plain ``pytest``), the groups do nothing and only the order changes.
+# On both cores (pytest-xdist, ``-n auto --dist loadgroup``; `make test` runs serially, see the Makefile): tests
+# that share one server (JupyterLab with Chromium) stay on one worker, so it starts once; tests that start a Ray of
+# their own (marked ``ray``, the two-node cluster's file) run one after another on one worker, since two Ray starts at
+# once on 2 busy cores can miss Ray's fixed 30 s start-up window. The files that take longest start first, so that no
+# worker is left with one of them alone at the end. Run serially, neither the groups nor the order apply.
 SHARED_SERVER = {"test_browser.py": "jupyterlab", "test_sweep_cluster.py": "ray"}
 LONGEST_FIRST = ("test_browser.py", "test_notebooks.py", "test_sweep_cluster.py", "test_sweep.py", "test_reproduce.py")
 
@@ -239,5 +239,7 @@ def pytest_collection_modifyitems(config, items):
         group = SHARED_SERVER.get(item.path.name) or ("ray" if item.get_closest_marker("ray") else None)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+    if not config.getoption("numprocesses", default=None):
+        return  # serially (make test): the files in their usual order
     rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
