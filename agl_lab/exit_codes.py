@@ -2,7 +2,7 @@
 
 A researcher (or a script, a scheduler) reads the last line and the exit code; the traceback is for whoever debugs
 agl_lab, so it is printed only with ``--debug``. :data:`EXIT_CODES` is the one table of codes: ``agl-lab --help``
-prints it and the README lists it.
+prints it and the docs' CLI page (docs/cli.md) lists it.
 """
 
 from __future__ import annotations

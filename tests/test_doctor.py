@@ -97,7 +97,7 @@ def test_both_off_is_plain_verl_and_fine():
         (
             ["agentlightning.max_ppo_update_times=0"],
             "agentlightning.max_ppo_update_times",
-            "must be null or a positive integer, got 0",
+            "must be null (no cap) or a positive integer, got 0",
         ),
         (
             ["actor_rollout_ref.actor.ppo_mini_batch_size=4"],

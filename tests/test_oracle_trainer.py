@@ -322,7 +322,7 @@ def test_difference_a_cap_below_one_is_refused():
     random.seed(0)
     step = agl_train_step(cfg, build(SPEC))
     assert step.metrics is None and step.error is None  # Agent Lightning drops every row and skips, every step
-    with pytest.raises(ValueError, match="max_ppo_update_times must be null .* or an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"max_ppo_update_times must be null \(no cap\) or a positive integer, got 0"):
         select_rows(build(SPEC), cfg)
 
 

@@ -94,9 +94,9 @@ def test_nothing_left_returns_empty_batch_with_a_warning():
         ({"mini_batch_size": 2.5}, "mini_batch_size must be a positive number of rows"),
         (
             {"mini_batch_size": 2, "max_ppo_update_times": 0},
-            "agentlightning.max_ppo_update_times must be null (no cap)",
+            "agentlightning.max_ppo_update_times must be null (no cap) or a positive integer, got 0: a cap below 1",
         ),
-        ({"mini_batch_size": 2, "max_ppo_update_times": 1.5}, "or an integer >= 1, got 1.5"),
+        ({"mini_batch_size": 2, "max_ppo_update_times": 1.5}, "or a positive integer, got 1.5"),
     ],
 )
 def test_bad_sizes(kwargs, text):

@@ -11,15 +11,13 @@ metadata (:func:`agl_lab.config.lab_config.lab_field_rule`), the one source the 
 Relations between keys (a mini-batch larger than the batch, a pair set half-way) and finiteness (NaN/inf in any
 float) are the doctor's other checks; a value that is not a number at all is a type error from composition.
 
-The README's section "The doctor's ranges" lists the table (a test keeps the two equal).
+The docs' config page (docs/config.md, "The doctor's ranges") lists the table (a test keeps the two equal).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -40,49 +38,10 @@ from agl_lab.core.keys import (
     TRAIN_BATCH,
     lab_key,
 )
+from agl_lab.core.ranges import Constraint, show_number
+from agl_lab.core.update_cap import CAP_RANGE
 
 __all__ = ["CONSTRAINTS", "Constraint", "constraint_problems"]
-
-
-@dataclass(frozen=True)
-class Constraint:
-    """A number's accepted values: ``kind``, a lower and upper bound (each included unless ``*_open``), null or not."""
-
-    kind: Literal["integer", "number"]
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-    nullable: bool = False
-    why: str = ""  # what goes wrong otherwise, after the value
-    text: str | None = None  # an exact message where Agent Lightning has one ({value} filled in)
-    fix: str | None = None  # the fix, where a better one than "set it in range" exists
-    null_means: str | None = None  # what null does, where it is a choice of its own ("no cap"), as the CLI shows it
-
-    def accepts(self, value: Any) -> bool:
-        if value is None:
-            return self.nullable
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            return False
-        if self.kind == "integer" and not isinstance(value, int):
-            return False
-        above = self.low is None or (value > self.low if self.low_open else value >= self.low)
-        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
-        return above and below
-
-    def describe(self) -> str:
-        """What the value must be, in words: ``a positive integer``, ``null or an integer >= 1``, ``in (0, 1]``."""
-        if self.low is not None and self.high is not None:
-            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
-            span = f"in {left}{_num(self.low)}, {_num(self.high)}{right}"
-        elif self.kind == "integer" and self.low == 1:
-            span = "a positive integer"
-        elif self.low is not None:
-            kind = "an integer" if self.kind == "integer" else "a number"
-            span = f"{kind} {'>' if self.low_open else '>='} {_num(self.low)}"
-        else:
-            span = "an integer" if self.kind == "integer" else "a number"
-        return f"null or {span}" if self.nullable else span
 
 
 _SIZE = Constraint("integer", low=1)
@@ -109,14 +68,7 @@ CONSTRAINTS: dict[str, Constraint] = {
     f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu": _MICRO,
     f"{ROLLOUT}.log_prob_micro_batch_size": _MICRO,
     REF_LOG_PROB_MICRO: _MICRO,
-    MAX_PPO_UPDATE_TIMES: Constraint(
-        "integer",
-        low=1,
-        nullable=True,
-        why=": a cap below 1 drops every row, so no step trains",
-        null_means="no cap",
-        fix=f"set {MAX_PPO_UPDATE_TIMES}=null (no cap) or 2 (recommended)",
-    ),
+    MAX_PPO_UPDATE_TIMES: CAP_RANGE,  # written beside the cap, which checks its own arguments by it
     f"{ACTOR}.optim.lr": Constraint("number", low=0, why=": a negative learning rate climbs the loss"),
     f"{ACTOR}.loss_scale_factor": Constraint(
         "number",
@@ -168,16 +120,11 @@ def constraint_problems(cfg: DictConfig, *, default: Callable[[str], Any]) -> li
         if isinstance(section, DictConfig) and name in section and OmegaConf.is_interpolation(section, name):
             continue  # it follows another key (rollout.response_length: data.max_response_length), checked there
         value = OmegaConf.select(cfg, key, default=None)
-        if rule.accepts(value):
+        message = rule.problem(value)
+        if message is None:
             continue
-        shown = "null" if value is None else repr(value)
-        message = rule.text.format(value=value) if rule.text else f"must be {rule.describe()}, got {shown}{rule.why}"
         suggested = default(key)
         fits = suggested is not None and rule.accepts(suggested)
-        example = f" (Agent Lightning's default: {_num(suggested)})" if fits else ""
+        example = f" (Agent Lightning's default: {show_number(suggested)})" if fits else ""
         problems.append((key, message, rule.fix or f"set {key} to {rule.describe()}{example}"))
     return problems
-
-
-def _num(value: Any) -> str:
-    return str(int(value)) if isinstance(value, float) and value.is_integer() and abs(value) < 1e15 else str(value)

@@ -247,7 +247,7 @@ def trainable_modes() -> list[str]:
 
 
 def mode_table() -> str:
-    """The catalogue as a Markdown table (the README's mode table is this, pinned by a test)."""
+    """The catalogue as a Markdown table (docs/normalizations.md's mode table is this, pinned by a test)."""
     lines = [
         "| mode | what it is | per-token weight | batch loss scale | a rollout split into k rows | also depends on "
         "| trainable with | the same objective elsewhere |",

@@ -1,7 +1,7 @@
 """Which verl agl_lab runs on, and what agl_lab offers that only the newer of the verls it is tested on has.
 
 Agent Lightning 1.0.x declares ``verl>=0.7.1,<0.9.0`` and its setup installs verl 0.8.0; agl_lab defaults to verl
-0.9.1 and is tested on both (``make test VERL=0.8.0``; the README's "Which verl" section). Its batch math is the
+0.9.1 and is tested on both (``make test VERL=0.8.0``; docs/getting-started.md, "Which verl"). Its batch math is the
 same on both: the differential tests against Agent Lightning pass on each. A few things agl_lab offers exist only
 from verl 0.9.0 on (:data:`VERL_FEATURES`): the ``token-sum`` loss aggregation, the ``dro`` policy loss and verl's
 platform registry (``verl.plugin``), through which ``lab.actor=verl`` runs verl's actor engine in the lab's process.

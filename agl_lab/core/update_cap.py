@@ -42,10 +42,12 @@ from agl_lab.core.metric_names import (
     N_SAMPLE_TRAINED,
     PARTIALLY_DROPPED_ROLLOUTS,
 )
+from agl_lab.core.ranges import Constraint
 from agl_lab.core.rows import require_matrix
 
 __all__ = [
     "DROP_UNITS",
+    "CAP_RANGE",
     "CapPlan",
     "EmptyBatchWarning",
     "apply_update_cap",
@@ -59,6 +61,17 @@ __all__ = [
     "warn_no_trainable_batch",
 ]
 
+
+# What max_ppo_update_times may be: the one rule, here beside the cap, which checks its own arguments by it; the
+# config's table (agl_lab.config.constraints) holds this same object, so the doctor and the function agree.
+CAP_RANGE = Constraint(
+    "integer",
+    low=1,
+    nullable=True,
+    why=": a cap below 1 drops every row, so no step trains",
+    null_means="no cap",
+    fix=f"set {MAX_PPO_UPDATE_TIMES}=null (no cap) or 2 (recommended)",
+)
 
 # What the cap drops: single rows (Agent Lightning) or whole rollouts (lab.cap_drop_unit=rollout, lab-only).
 DROP_UNITS = ("row", "rollout")
@@ -161,15 +174,9 @@ def plan_update_cap(
             f"mini_batch_size must be a positive number of rows (ppo_mini_batch_size × rollout.n), "
             f"got {mini_batch_size!r}"
         )
-    if max_ppo_update_times is not None and (
-        isinstance(max_ppo_update_times, bool)
-        or not isinstance(max_ppo_update_times, int | np.integer)
-        or max_ppo_update_times < 1
-    ):
-        raise ValueError(
-            f"{MAX_PPO_UPDATE_TIMES} must be null (no cap) or an integer >= 1, "
-            f"got {max_ppo_update_times!r}; Agent Lightning recommends 2"
-        )
+    cap = int(max_ppo_update_times) if isinstance(max_ppo_update_times, np.integer) else max_ppo_update_times
+    if cap_problem := CAP_RANGE.problem(cap):
+        raise ValueError(f"{MAX_PPO_UPDATE_TIMES} {cap_problem}; {CAP_RANGE.fix}")
     n = len(batch)
     n_kept = n // mini_batch_size * mini_batch_size
     if max_ppo_update_times is not None:

@@ -6,7 +6,7 @@ figure shows a negative drop count or a success rate above 1. Rules are ``fnmatc
 first match wins; a metric no rule names keeps its own name, the unit "as logged" and no bounds (a reward, an
 advantage, a loss can be any number). Why cutting is honest: the true mean of a bounded metric lies within its
 bounds, so an interval cut at them still holds it whenever the uncut one did (same coverage) and shows no impossible
-value. What each metric means: the README's metrics table.
+value. What each metric means: the docs' metrics page (docs/metrics.md).
 """
 
 from __future__ import annotations
