@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.metric_utils import compute_data_metrics
@@ -32,7 +32,7 @@ from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_
 from agl_lab.core import metric_names
 from agl_lab.core.advantage import compute_rollout_level_advantage
 from agl_lab.core.groups import group_rows
-from agl_lab.core.keys import USE_KL_IN_REWARD
+from agl_lab.core.keys import ROLLOUT_LEVEL, USE_KL_IN_REWARD
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, normalize_advantages_by_rollout
 from agl_lab.core.row_weights import LOSS_WEIGHT, ROW_WEIGHTED_LOSS_MODES, weighted_advantages
 from agl_lab.core.rows import require_finite_rows
@@ -95,7 +95,7 @@ def rewards_and_advantages(
         batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
     metrics.update(_rollout_correction(batch, algorithm))
     if rollout_level is None:
-        rollout_level = bool(algorithm.enable_rollout_level_advantage)
+        rollout_level = bool(OmegaConf.select(cfg, ROLLOUT_LEVEL))
     batch, estimator_metrics = estimate_advantages(batch, cfg, rollout_level=rollout_level)
     metrics.update(estimator_metrics)
     return batch, metrics

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 from verl import DataProto
 from verl.trainer.ppo import core_algos
@@ -24,6 +24,7 @@ from verl.trainer.ppo.ray_trainer import compute_response_mask
 
 from agl_lab.core import metric_names
 from agl_lab.core.groups import as_arrays
+from agl_lab.core.keys import MAX_PPO_UPDATE_TIMES
 from agl_lab.core.rows import require_matrix
 from agl_lab.core.update_cap import (
     marked_rows_kept,
@@ -102,7 +103,7 @@ def plan_selection(rows: DataProto, cfg: DictConfig, *, seed: int | None = None,
     plan = plan_update_cap(
         _rows_for_plan(batch, survivors),
         mini_batch_size=mini_batch_rows(cfg),
-        max_ppo_update_times=cfg.agentlightning.max_ppo_update_times,
+        max_ppo_update_times=OmegaConf.select(cfg, MAX_PPO_UPDATE_TIMES),
         seed=seed,
         drop_unit=cfg.lab.cap_drop_unit,
     )

@@ -19,9 +19,10 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 from matplotlib.figure import Figure
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from verl import DataProto
 
+from agl_lab.core.keys import ESTIMATOR, ROLLOUT_LEVEL
 from agl_lab.lab import weight_figures
 from agl_lab.lab.diagnostics import batch_diagnostics
 from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
@@ -52,8 +53,8 @@ def estimator_config(cfg: DictConfig, name: str) -> DictConfig:
         raise ValueError(f"unknown estimator {name!r}: choose from {list(ESTIMATORS)}")
     estimator, rollout_level, _ = ESTIMATORS[name]
     out = copy.deepcopy(cfg)
-    out.algorithm.adv_estimator = estimator
-    out.algorithm.enable_rollout_level_advantage = rollout_level
+    OmegaConf.update(out, ESTIMATOR, estimator)
+    OmegaConf.update(out, ROLLOUT_LEVEL, rollout_level)
     return out
 
 

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import ipywidgets as w
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from agl_lab.config.modes import LOSS_MODES, mode_from_config
 from agl_lab.config.settings import MAX_PPO_UPDATE_TIMES_CHOICES, NORMALIZATION, SETTINGS, setting_overrides
-from agl_lab.core.keys import MAX_PPO_UPDATE_TIMES, MINI_BATCH, ROLLOUT_LEVEL
+from agl_lab.core.keys import LOSS_AGG_MODE, LOSS_MODE, MAX_PPO_UPDATE_TIMES, MINI_BATCH, ROLLOUT_LEVEL
 from agl_lab.lab.synthetic import CALL_PATTERNS, SyntheticKnobs, knob_range
 
 __all__ = [
@@ -42,17 +42,17 @@ def settings_controls(cfg: DictConfig, *, modes: Sequence[str], keep_own: bool =
     ``keep_own``: when the config's loss is not in the catalogue (``gspo``, say), offer it as a first option
     (value :data:`OWN_MODE`) and start there, rather than switching the config to another mode.
     """
-    times = cfg.agentlightning.max_ppo_update_times
+    times = OmegaConf.select(cfg, MAX_PPO_UPDATE_TIMES)
     times_options = [
         (NULL_TIMES if t is None else str(t), NULL_TIMES if t is None else t) for t in MAX_PPO_UPDATE_TIMES_CHOICES
     ]
     mode_options = [(LOSS_MODES[m].label, m) for m in modes]
     if keep_own and mode_from_config(cfg) not in modes:
-        actor = cfg.actor_rollout_ref.actor
-        mode_options.insert(0, (f"the config's own ({actor.policy_loss.loss_mode}, {actor.loss_agg_mode})", OWN_MODE))
+        own = f"the config's own ({OmegaConf.select(cfg, LOSS_MODE)}, {OmegaConf.select(cfg, LOSS_AGG_MODE)})"
+        mode_options.insert(0, (own, OWN_MODE))
     return {
         "rollout_level": w.Checkbox(
-            value=bool(cfg.algorithm.enable_rollout_level_advantage),
+            value=bool(OmegaConf.select(cfg, ROLLOUT_LEVEL)),
             description=SETTINGS[ROLLOUT_LEVEL].label,
             indent=False,
         ),

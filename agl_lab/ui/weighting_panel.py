@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from verl import DataProto
 
 from agl_lab.config.compose import compose_config
@@ -37,7 +37,7 @@ from agl_lab.config.dotlist import format_dotlist
 from agl_lab.config.modes import LOSS_MODES, mode_from_config
 from agl_lab.config.settings import configure
 from agl_lab.core.groups import rollouts_per_prompt
-from agl_lab.core.keys import MICRO_BATCH, ROLLOUT_N, SEED
+from agl_lab.core.keys import LOSS_AGG_MODE, LOSS_MODE, MICRO_BATCH, ROLLOUT_N, SEED
 from agl_lab.core.pipeline import mini_batch_rows
 from agl_lab.lab import weight_figures
 from agl_lab.lab.class_stats import class_weights, fate_counts, size_counts
@@ -101,8 +101,8 @@ class WeightingPanel:
         self.controls["dp_size"] = w.BoundedIntText(value=1, min=1, max=1024, description="dp ranks", style=WIDE)
         own = mode_from_config(cfg)
         self.notice = None if own is not None else (
-            f"the config's loss ({cfg.actor_rollout_ref.actor.policy_loss.loss_mode}, "
-            f"{cfg.actor_rollout_ref.actor.loss_agg_mode}) is not in the mode catalogue: showing {self.modes[0]}"
+            f"the config's loss ({OmegaConf.select(cfg, LOSS_MODE)}, {OmegaConf.select(cfg, LOSS_AGG_MODE)}) "
+            f"is not in the mode catalogue: showing {self.modes[0]}"
         )  # fmt: skip
         if rows is None:
             self.controls.update(generator_controls(self.knobs))
