@@ -16,7 +16,6 @@ import warnings
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 
-from agl_lab.config.compose import ConfigError
 from agl_lab.config.secrets import mask_secrets, masked_output
 from agl_lab.training.locks import DirectoryBusyError
 from agl_lab.training.process_state import exit_protected, signal_exit_code, stop_signals, stopped_by, stopped_line
@@ -52,12 +51,15 @@ class TrainedNothingError(RuntimeError):
 # instance of gives the code (DoctorError is a ConfigError, a ValueError; FileExistsError an OSError). A class given as
 # (module, name) lives where torch or verl load with it: it is looked up only in a module this process has imported
 # already, since an exception of a class whose module never loaded cannot have been raised.
+# composition's error (a ValueError) by name: importing its module loads Hydra, which a command reading a batch file
+# (`agl-lab weighting`) never needs
+_CONFIG_ERROR = ("agl_lab.config.compose", "ConfigError")
 EXCEPTION_CODES: tuple[tuple[int, tuple[type[BaseException] | tuple[str, str], ...]], ...] = (
     (6, (TrainedNothingError,)),
     (1, (("agl_lab.config.doctor", "DoctorError"),)),
     (4, (FileExistsError, DirectoryBusyError, ("agl_lab.training.tracking", "ConcurrentRunError"))),
     (5, (OSError, ("agl_lab.files.batch_io", "BatchFileError"))),
-    (2, (ConfigError, ValueError)),
+    (2, (_CONFIG_ERROR, ValueError)),
 )
 
 
@@ -144,7 +146,7 @@ class MaskingParser(argparse.ArgumentParser):
 def _lines(exc: BaseException, code: int) -> list[str]:
     if code in _STOPPED_BY:
         return [stopped_line(_STOPPED_BY[code])]
-    if isinstance(exc, ConfigError):
+    if isinstance(exc, _loaded((_CONFIG_ERROR,))):
         problems = [line.removeprefix("  - ") for line in str(exc).splitlines()[1:]] or [str(exc)]
         return [f"config error: {problem}" for problem in problems]
     text = " ".join(str(exc).split()) or type(exc).__name__

@@ -24,10 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_module
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -74,6 +70,9 @@ class ConfigError(ValueError):
 @functools.lru_cache(maxsize=1)
 def shared_base() -> DictConfig:
     """The composed base (:func:`base_config`), one object shared by every reader: never modify it."""
+    from hydra import compose, initialize_config_module  # Hydra, here and in _parse_dotlist only: a command that
+    from hydra.core.global_hydra import GlobalHydra  # prints a base's name (agl-lab weighting) never loads it
+
     from agl_lab.config.lab_config import LabConfig  # here, not at the top: it loads the loss module (torch, verl)
 
     saved = copy.deepcopy(GlobalHydra.instance()) if GlobalHydra.instance().is_initialized() else None
@@ -248,6 +247,9 @@ def _flatten(overrides: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[s
 
 
 def _parse_dotlist(dotlist: Sequence[str]) -> list[tuple[str, Any, str]]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
     parser = OverridesParser.create()
     edits: list[tuple[str, Any, str]] = []
     for item in dotlist:

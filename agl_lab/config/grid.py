@@ -19,10 +19,6 @@ import math
 import re
 from collections.abc import Sequence
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import QuotedString
-from hydra.errors import HydraException
-
 from agl_lab.config.compose import ConfigError
 from agl_lab.config.dotlist import hydra_value
 from agl_lab.config.secrets import is_secret_key, redact_argv
@@ -41,6 +37,9 @@ def sweep_grid(dotlist: Sequence[str]) -> tuple[dict[str, tuple[str, ...]], list
     slowest); empty when no item has several values. Raises :class:`ConfigError` naming an item that cannot be
     parsed or enumerated.
     """
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # here: `agl-lab --help` and the commands
+    from hydra.errors import HydraException  # that take no grid never load Hydra's parser
+
     parser = OverridesParser.create()
     axes: list[list[tuple[str, str]]] = []  # per multi-valued item: (name part, dotlist item) per value
     common: list[str] = []
@@ -100,6 +99,8 @@ def too_many_cells(what: str, count: int, *, exact: bool = True, took: str = "")
 
 def _plain(value):
     """Hydra's parsed value with its quoted strings as plain text."""
+    from hydra.core.override_parser.types import QuotedString
+
     if isinstance(value, QuotedString):
         return value.text
     if isinstance(value, list):

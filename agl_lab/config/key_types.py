@@ -16,7 +16,6 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from agl_lab.config.secrets import MASK, is_secret_key
@@ -149,6 +148,8 @@ def _declared_types(base: DictConfig, path: str) -> tuple[type, ...]:
 @functools.cache
 def _field_types(target: str) -> dict[str, tuple[type, ...]]:
     """Field name -> the plain types its annotation allows (``Optional[list[int]]`` -> ``(list, NoneType)``)."""
+    from hydra.utils import get_class  # here: Hydra loads only when a config is composed or checked
+
     try:
         hints = typing.get_type_hints(get_class(target))
     except Exception:  # not importable here (an optional engine's config): fall back to the YAML default's type
