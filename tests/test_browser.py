@@ -22,6 +22,7 @@ import re
 import shutil
 from pathlib import Path
 
+import nbformat
 import pytest
 from jupyter_browser import (
     PANEL,
@@ -44,12 +45,20 @@ ARTIFACTS = ROOT / "artifacts" / "browser"
 
 pytestmark = pytest.mark.timeout(900)
 
+# In the suite each notebook runs with the tiny values its headless test uses (metadata.agl_lab.test_parameters):
+# what is checked here is what a person sees and clicks, and the training behind it is the headless test's. `make
+# screenshots` (AGL_LAB_SCREENSHOTS set) runs the notebooks' own defaults, so the docs' pictures show real runs.
+TEST_PARAMETERS = {
+    path.stem: nbformat.read(path, as_version=4).metadata.get("agl_lab", {}).get("test_parameters", {})
+    for path in NOTEBOOKS
+}
+
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """A JupyterLab server from this environment on 127.0.0.1 with a token, serving copies of the notebooks."""
     root = tmp_path_factory.mktemp("lab-root")
-    copy_notebooks(NOTEBOOKS, root)
+    copy_notebooks(NOTEBOOKS, root, parameters=None if os.environ.get("AGL_LAB_SCREENSHOTS") else TEST_PARAMETERS)
     with jupyter_lab(root, log_path=tmp_path_factory.mktemp("lab-log") / "jupyter.log") as server:
         yield server
 
