@@ -83,11 +83,10 @@ readme: $(BIN)/.installed
 			"--ignore-glob=tests/test_browser*.py" >&2; exit 1; \
 	fi
 
-# Serially: on 2 cores the suite on both (pytest-xdist, `$(BIN)/python -m pytest -n auto --dist loadgroup`, which
-# tests/conftest.py prepares) took 25-30 minutes instead of ~50, but a notebook starting Ray in the browser beside
-# another test's Ray timed out once in two fresh-clone runs; until that is settled CI runs the suite one test at a time.
+# On every core (pytest-xdist; tests/conftest.py keeps one JupyterLab's tests on one worker and runs the tests that
+# start a Ray of their own one after another, the longest files first). `$(BIN)/python -m pytest` runs it serially.
 test: $(BIN)/.oracle /usr/bin/chromium
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadgroup
 
 test-core: $(BIN)/.oracle
 	AGL_LAB_ORACLE_EXAMPLES=500 $(BIN)/python -m pytest $(CORE_TESTS)

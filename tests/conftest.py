@@ -225,21 +225,31 @@ def lines_in(path) -> int:
     return len(Path(path).read_text().splitlines()) if Path(path).exists() else 0
 
 
-# On both cores (pytest-xdist, ``-n auto --dist loadgroup``; `make test` runs serially, see the Makefile): tests
-# that share one server (JupyterLab with Chromium) stay on one worker, so it starts once; tests that start a Ray of
-# their own (marked ``ray``, the two-node cluster's file) run one after another on one worker, since two Ray starts at
-# once on 2 busy cores can miss Ray's fixed 30 s start-up window. The files that take longest start first, so that no
-# worker is left with one of them alone at the end. Run serially, neither the groups nor the order apply.
+# On both cores (pytest-xdist, ``-n auto --dist loadgroup``: `make test`): tests that share one server (JupyterLab
+# with Chromium) stay on one worker, so it starts once; tests that start a Ray of their own (marked ``ray``, the
+# two-node cluster's file) run one after another on one worker, since two Ray starts at once on 2 busy cores can miss
+# Ray's fixed 30 s start-up window. The two groups, each several minutes, start first, then the files that take
+# longest, so that no worker is left with a long one alone at the end. Run serially, neither groups nor order apply.
 SHARED_SERVER = {"test_browser.py": "jupyterlab", "test_sweep_cluster.py": "ray"}
-LONGEST_FIRST = ("test_browser.py", "test_notebooks.py", "test_sweep_cluster.py", "test_sweep.py", "test_reproduce.py")
+GROUPS_FIRST = ("jupyterlab", "ray")
+LONGEST_FIRST = ("test_sweep.py", "test_cli.py", "test_notebooks.py", "test_faults_signals.py", "test_reproduce.py")
 
 
 def pytest_collection_modifyitems(config, items):
+    groups = {}
     for item in items:
         group = SHARED_SERVER.get(item.path.name) or ("ray" if item.get_closest_marker("ray") else None)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+            groups[item.nodeid] = group
     if not config.getoption("numprocesses", default=None):
-        return  # serially (make test): the files in their usual order
-    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
+        return  # serially: the files in their usual order
+    group_rank = {name: place for place, name in enumerate(GROUPS_FIRST)}
+    file_rank = {name: len(group_rank) + place for place, name in enumerate(LONGEST_FIRST)}
+    last = len(group_rank) + len(file_rank)
+
+    def rank(item) -> int:
+        group = groups.get(item.nodeid)
+        return group_rank[group] if group in group_rank else file_rank.get(item.path.name, last)
+
+    items.sort(key=rank)  # stable: each file keeps its own order
