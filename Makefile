@@ -86,7 +86,7 @@ readme: $(BIN)/.installed
 # On every core (pytest-xdist; tests/conftest.py keeps one JupyterLab's tests on one worker and runs the tests that
 # start a Ray of their own one after another, the longest files first). `$(BIN)/python -m pytest` runs it serially.
 test: $(BIN)/.oracle /usr/bin/chromium
-	$(BIN)/python -m pytest -n auto --dist loadgroup
+	$(BIN)/python -m pytest -n auto --dist loadgroup --durations=15
 
 test-core: $(BIN)/.oracle
 	AGL_LAB_ORACLE_EXAMPLES=500 $(BIN)/python -m pytest $(CORE_TESTS)
