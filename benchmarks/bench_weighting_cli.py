@@ -2,9 +2,10 @@
 
 Each command runs in a fresh process ``--repeats`` times (median): the interpreter alone (``python -c pass``), the
 imports the command needs (``agl_lab.cli`` and the weighting path: readers, the weight catalogue, pandas), torch alone
-(which the weight catalogue, ``agl_lab.core.weights``, imports at its top), then the whole command printing the
-sample batch's table for every mode; for scale, ``import verl.protocol`` (Ray and tensordict: what the command loaded
-before it read batches with numpy). Goal (issue 33): the table in at most 2 s wall. The load average is printed.
+(which the command loaded before the weight catalogue imported it only where a loss needs it), then the whole command
+printing the sample batch's table for every mode; for scale, ``import verl.protocol`` (Ray and tensordict: what the
+command loaded before it read batches with numpy). Goal (issue 33): the table in at most 2 s wall. The load average
+is printed, and which of torch, verl, Ray, tensordict and Hydra the command's imports load.
 
 Run: ``.venv/bin/python benchmarks/bench_weighting_cli.py [--repeats 5]``.
 """
@@ -43,7 +44,7 @@ def main() -> None:
             sys.executable,
             "-c",
             f"{IMPORTS}; import sys; print(sorted(m for m in ('torch', 'verl', "
-            "'ray', 'tensordict') if m in sys.modules))",
+            "'ray', 'tensordict', 'hydra') if m in sys.modules))",
         ],
         capture_output=True,
         text=True,
