@@ -3,6 +3,7 @@
 import importlib
 import json
 import re
+import shlex
 import subprocess
 import sys
 from importlib.metadata import version
@@ -247,6 +248,17 @@ def test_launch_refuses_what_agent_lightning_would_refuse_and_check_says_so_firs
     fixed = in_process(capsys, "launch", "algorithm.adv_estimator=grpo", "--out", str(tmp_path / "y"))
     assert fixed.startswith("exit 3\n") and (tmp_path / "y" / "overrides.yaml").exists()
     assert "(base agl): no errors" in in_process(capsys, "check", "algorithm.adv_estimator=grpo")
+
+
+def test_launch_prints_commands_a_shell_reads_back_whatever_the_folder_and_values(tmp_path, capsys):
+    out = tmp_path / "my exports" / "it's here"
+    item = "trainer.experiment_name='two words'"
+    text = in_process(capsys, "launch", "algorithm.adv_estimator=grpo", item, "--name", "x", "--out", str(out))
+    assert text.startswith("exit 3\n")  # exported; Agent Lightning's trainer cannot run here
+    (dotlist,) = [line for line in text.splitlines() if line.startswith("dotlist: ")]
+    assert shlex.split(dotlist.removeprefix("dotlist: ")) == ["algorithm.adv_estimator=grpo", item]
+    command = text.split("`AGL_KEY=... ", 1)[1].split("`", 1)[0]  # the hint's command, as a user copies it
+    assert shlex.split(command)[:2] == ["python", str(out / "launch_x.py")]
 
 
 def test_launch_record_exports_a_script_that_trains_through_the_recorder(tmp_path, capsys):

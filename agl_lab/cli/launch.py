@@ -9,6 +9,7 @@ agl_lab's recorder (:mod:`agl_lab.training.agl_recorder`), which records each st
 from __future__ import annotations
 
 import argparse
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -52,7 +53,7 @@ def _launch(dotlist: list[str], *, name: str, out: str | None, base: str, record
     export = export_experiment(cfg, out_dir, name=name, record=record)
     script = out_dir / f"launch_{name}.py"
     print(f"\nExported to {out_dir}/: overrides.yaml, dotlist.txt, {script.name}")
-    print("dotlist:", " ".join(export.dotlist) or "(Agent Lightning's defaults)")
+    print("dotlist:", shlex.join(export.dotlist) or "(Agent Lightning's defaults)")
     if record:
         print(
             f"recording: {script.name} runs Agent Lightning's trainer through agl_lab's recorder: each step's rows to "
@@ -61,7 +62,8 @@ def _launch(dotlist: list[str], *, name: str, out: str | None, base: str, record
         )
     blockers = launch_blockers()
     if blockers:
-        print("\n" + INSTALL_HINT.format(script=script, reasons="; ".join(blockers)), file=sys.stderr)
+        # the command is for copying into a shell: a folder named with a space or a quote stays one argument
+        print("\n" + INSTALL_HINT.format(script=shlex.quote(str(script)), reasons="; ".join(blockers)), file=sys.stderr)
         return 3
     print(f"\nAgent Lightning's trainer can run here: running {script} (the key comes from $AGL_KEY)")
     return subprocess.call([sys.executable, str(script)])
