@@ -83,10 +83,13 @@ readme: $(BIN)/.installed
 			"--ignore-glob=tests/test_browser*.py" >&2; exit 1; \
 	fi
 
-# On every core (pytest-xdist; tests/conftest.py keeps one JupyterLab's tests on one worker and runs the tests that
-# start a Ray of their own one after another, the longest files first). `$(BIN)/python -m pytest` runs it serially.
+# One test at a time. On both cores (pytest-xdist: `$(BIN)/python -m pytest -n auto --dist loadgroup`, which
+# tests/conftest.py prepares: one JupyterLab's tests on one worker, the tests that start a Ray of their own one after
+# another) the suite took 27-28 minutes from a fresh clone instead of 40-50, but in one of two runs the two-node
+# cluster's `ray start` missed Ray's fixed 30 s start-up window three times beside the other worker's tests. Until
+# the Ray tests share one cluster, CI runs serially.
 test: $(BIN)/.oracle /usr/bin/chromium
-	$(BIN)/python -m pytest -n auto --dist loadgroup --durations=15
+	$(BIN)/python -m pytest --durations=15
 
 test-core: $(BIN)/.oracle
 	AGL_LAB_ORACLE_EXAMPLES=500 $(BIN)/python -m pytest $(CORE_TESTS)
