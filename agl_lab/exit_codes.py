@@ -47,13 +47,14 @@ class TrainedNothingError(RuntimeError):
     """A run finished, but no step had rows left to train after the drops."""
 
 
+# Composition's error (a ValueError) by name: importing its module loads Hydra, which a command reading a batch file
+# (`agl-lab weighting`) never needs
+_CONFIG_ERROR = ("agl_lab.config.compose", "ConfigError")
+
 # Each failure's code by its exception's class, most specific first: the first row with a class the exception is an
 # instance of gives the code (DoctorError is a ConfigError, a ValueError; FileExistsError an OSError). A class given as
 # (module, name) lives where torch or verl load with it: it is looked up only in a module this process has imported
 # already, since an exception of a class whose module never loaded cannot have been raised.
-# composition's error (a ValueError) by name: importing its module loads Hydra, which a command reading a batch file
-# (`agl-lab weighting`) never needs
-_CONFIG_ERROR = ("agl_lab.config.compose", "ConfigError")
 EXCEPTION_CODES: tuple[tuple[int, tuple[type[BaseException] | tuple[str, str], ...]], ...] = (
     (6, (TrainedNothingError,)),
     (1, (("agl_lab.config.doctor", "DoctorError"),)),

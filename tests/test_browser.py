@@ -8,9 +8,10 @@ W&B user would click them (hover a point: step, value, run, seed; the smoothing 
 run picked is overlaid and its settings restored; Copy as command writes the ``agl-lab train`` line). A screenshot
 of each notebook is saved under ``artifacts/browser/`` (and into ``$AGL_LAB_SCREENSHOTS`` when set: ``make screenshots``
 writes ``docs/screenshots/``, the docs' pictures): each shows what a reader needs — the panel's controls at the
-top of the window with its figures below (01, 03; in 03 after a real run of the default length, finished), the
+top of the window with its figures below (01, 03; in 03 after a run of the notebook's length, finished), the
 recomposed config form (02), the band figures (04), the reproductions' reports (05, with its small
-``browser_parameters``: its defaults run for up to an hour). The tests start and stop their own server; they need
+``browser_parameters``: its defaults run for up to an hour). In the suite every notebook runs with its headless
+test's tiny parameters; `make screenshots` runs their defaults. The tests start and stop their own server; they need
 ``/usr/bin/chromium`` (``apt-get install chromium``) and the ``playwright`` package, both installed by ``make test``.
 """
 

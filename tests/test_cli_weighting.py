@@ -1,6 +1,9 @@
 """``agl-lab weighting PATH``: the table in verl PR #7580's column order, its numbers against a count by hand from
 data/sample_batch's rollouts, and bad input as one line with a documented exit code."""
 
+import subprocess
+import sys
+
 import pandas as pd
 import pytest
 from test_diagnostics import hand_table
@@ -99,3 +102,18 @@ def test_out_that_is_a_file_writes_nothing(tmp_path, capsys):
     assert main(["weighting", str(sample_batch_path()), "--out", str(tmp_path / "taken")]) == 2
     assert "is a file: give a folder" in capsys.readouterr().err
     assert (tmp_path / "taken").read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+def test_the_command_on_a_batch_file_loads_no_torch_verl_ray_tensordict_or_hydra():
+    probe = (
+        "import sys\n"
+        "from agl_lab.cli import main\n"
+        "from agl_lab.files.batch_io import sample_batch_path\n"
+        "code = main(['weighting', str(sample_batch_path())])\n"
+        "print(code, sorted(m for m in ('torch', 'verl', 'ray', 'tensordict', 'hydra') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (
+        out.stdout.strip().splitlines()[-1] == "0 []"
+    )  # each costs seconds to import (benchmarks/bench_weighting_cli)
