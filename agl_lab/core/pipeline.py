@@ -32,7 +32,7 @@ from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_
 from agl_lab.core import metric_names
 from agl_lab.core.advantage import compute_rollout_level_advantage
 from agl_lab.core.groups import group_rows
-from agl_lab.core.keys import ROLLOUT_LEVEL, USE_KL_IN_REWARD
+from agl_lab.core.keys import DIVISOR, LOSS_MODE, ROLLOUT_LEVEL, USE_KL_IN_REWARD
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, normalize_advantages_by_rollout
 from agl_lab.core.row_weights import LOSS_WEIGHT, ROW_WEIGHTED_LOSS_MODES, weighted_advantages
 from agl_lab.core.rows import require_finite_rows
@@ -103,7 +103,7 @@ def rewards_and_advantages(
 
 def normalize_for_loss(batch: DataProto, cfg: DictConfig) -> DataProto:
     """Step 5 in place: the advantages as the configured loss reads them (unchanged for verl's own losses)."""
-    loss_mode = cfg.actor_rollout_ref.actor.policy_loss.get("loss_mode", "vanilla")
+    loss_mode = OmegaConf.select(cfg, LOSS_MODE, default="vanilla")
     rollout_ids = batch.non_tensor_batch.get("rollout_id_list")
     if loss_mode in PER_ROLLOUT_LOSS_MODES:
         if rollout_ids is None:
@@ -113,7 +113,7 @@ def normalize_for_loss(batch: DataProto, cfg: DictConfig) -> DataProto:
             batch.batch["response_mask"],
             rollout_ids,
             num_trained_rows=len(batch),
-            divisor=cfg.lab.per_rollout_divisor,
+            divisor=OmegaConf.select(cfg, DIVISOR),
         )
     elif loss_mode in ROW_WEIGHTED_LOSS_MODES:
         batch.batch["advantages"], batch.batch[LOSS_WEIGHT] = weighted_advantages(

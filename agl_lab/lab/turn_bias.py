@@ -38,6 +38,7 @@ from scipy import stats
 from verl import DataProto
 
 from agl_lab.config.compose import compose_config
+from agl_lab.core.keys import ESTIMATOR, NORM_ADV_BY_STD, ROLLOUT_LEVEL
 from agl_lab.core.pipeline import estimate_advantages
 from agl_lab.core.row_sums import trainable_tokens
 from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
@@ -109,15 +110,8 @@ def turn_bias_table(
 
 
 def _config(estimator: str, rollout_level: bool):
-    return compose_config(
-        overrides={
-            "algorithm": {
-                "adv_estimator": estimator,
-                "enable_rollout_level_advantage": rollout_level,
-                "norm_adv_by_std_in_grpo": False,
-            }
-        }  # fmt: skip
-    )
+    flag = str(rollout_level).lower()
+    return compose_config(dotlist=[f"{ESTIMATOR}={estimator}", f"{ROLLOUT_LEVEL}={flag}", f"{NORM_ADV_BY_STD}=false"])
 
 
 def _first_turn_gap(rows: DataProto, cfg, *, rollout_level: bool) -> float:
