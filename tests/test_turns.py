@@ -59,3 +59,32 @@ def test_last_turn_values_equal_turn_values_last_turn_bit_for_bit(dtype):
             finite = ~got.isnan()
             assert torch.equal(got[finite], expected[finite]), (values, mask)
             assert torch.equal(got[finite].signbit(), expected[finite].signbit()), (values, mask)
+
+
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float32, torch.bfloat16])
+def test_last_turn_values_at_a_steps_size_equal_turn_values_bit_for_bit(mask_dtype):
+    # a step's size, as trace aggregation writes trajectory rows: 2,000 rows of width 1,024, 1-12 turns each (a run of
+    # assistant tokens, then observation tokens), per-turn rewards in bf16 on each turn's last token plus stray
+    # rewards anywhere; last_turn_values works on the whole (rows, R) at once, with no size-dependent path to miss
+    generator = torch.Generator().manual_seed(1)
+    rows, width = 2000, 1024
+    turns = torch.randint(1, 13, (rows,), generator=generator)  # (rows,)
+    mask = torch.zeros(rows, width, dtype=torch.bool)  # (rows, R)
+    rewards = torch.zeros(rows, width, dtype=torch.bfloat16)  # (rows, R)
+    for row in range(rows):
+        column = int(torch.randint(0, 3, (1,), generator=generator))  # some rows start with an untrainable token
+        for _ in range(int(turns[row])):
+            length, gap = (int(v) for v in torch.randint(1, 40, (2,), generator=generator))
+            if column + length > width:
+                break
+            mask[row, column : column + length] = True
+            rewards[row, column + length - 1] = float(torch.randn(1, generator=generator))
+            column += length + gap
+    stray = torch.rand(rows, width, generator=generator) < 0.002
+    rewards[stray] = 0.5
+    # column 0: on a one-turn row that starts later, a leading token whose reward counts for that turn
+    rewards[torch.rand(rows, generator=generator) < 0.3, 0] = 0.25
+    per_turn, counts = turn_values(rewards, mask.to(mask_dtype))
+    expected = per_turn.gather(1, (counts - 1).clamp_min(0).unsqueeze(-1)).squeeze(-1) * (counts > 0)
+    assert int(counts.max()) >= 10 and int((counts == 0).sum()) == 0
+    assert torch.equal(last_turn_values(rewards, mask.to(mask_dtype)), expected)

@@ -23,8 +23,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agl_lab.core.row_sums import row_blocks
-
 __all__ = ["broadcast_turns", "last_turn_values", "turn_ids", "turn_values"]
 
 
@@ -61,10 +59,33 @@ def last_turn_values(values: torch.Tensor, response_mask: torch.Tensor) -> torch
     diagnostics call this every step): the last turn starts at the row's last run of trainable tokens (at column 0 for
     a one-turn row, whose leading tokens count for it), and its non-zero values are added in token order from 0.0,
     as ``scatter_add_`` adds them (a zero never changes a sum that starts at +0.0).
+
+    Both the runs' starts and the non-zero values are few (about one per turn and one per row), so the (rows, R)
+    work is three passes over bool tensors (trainable, run starts, the values' non-zeros) and the rest runs on the
+    coordinates ``nonzero`` lists in row-major order.
     """
     _same_shape(values, response_mask)
-    blocks = [_last_turn_sums(values[rows].detach(), response_mask[rows].detach()) for rows in row_blocks(values)]
-    return torch.from_numpy(np.concatenate(blocks) if blocks else np.zeros(0)).to(values.device)  # (rows,)
+    rows, width = response_mask.shape
+    out = np.zeros(rows, dtype=np.float64)  # (rows,)
+    if rows == 0 or width == 0:
+        return torch.from_numpy(out).to(values.device)
+    mask = response_mask.detach()
+    trainable = mask if mask.dtype == torch.bool else mask != 0  # (rows, R)
+    later = (trainable[:, 1:] > trainable[:, :-1]).cpu().numpy()  # (rows, R - 1): a run starts one column right
+    first_row = np.flatnonzero(trainable[:, 0].cpu().numpy())  # rows whose first run starts at column 0
+    start_row, start_col = np.divmod(np.flatnonzero(later), max(width - 1, 1))  # numpy's scan of a sparse bool: fast
+    start_row = np.concatenate([first_row, start_row])  # (starts,)
+    start_col = np.concatenate([np.zeros(len(first_row), np.int64), start_col + 1])  # (starts,)
+    counts = np.bincount(start_row, minlength=rows)  # (rows,): runs of trainable tokens, i.e. turns
+    last_start = np.zeros(rows, dtype=np.int64)  # (rows,)
+    np.maximum.at(last_start, start_row, start_col)
+    first = np.where(counts >= 2, last_start, 0)  # (rows,): the last turn's first column
+    value_row, value_col = values.detach().nonzero(as_tuple=True)  # row-major: each row's tokens in order
+    value_row, value_col = value_row.cpu().numpy(), value_col.cpu().numpy()
+    taken = (counts[value_row] > 0) & (value_col >= first[value_row])  # (non-zeros,)
+    picked = values.detach()[torch.from_numpy(value_row[taken]), torch.from_numpy(value_col[taken])]  # (taken,)
+    np.add.at(out, value_row[taken], picked.double().cpu().numpy())  # in order, unbuffered
+    return torch.from_numpy(out).to(values.device)  # (rows,)
 
 
 def broadcast_turns(per_turn: torch.Tensor, response_mask: torch.Tensor, *, dtype: torch.dtype) -> torch.Tensor:
@@ -74,23 +95,6 @@ def broadcast_turns(per_turn: torch.Tensor, response_mask: torch.Tensor, *, dtyp
         return torch.zeros(response_mask.shape, dtype=dtype, device=response_mask.device)
     gathered = per_turn.gather(1, ids.clamp(0, per_turn.shape[1] - 1))  # (rows, R)
     return (gathered * (response_mask.detach() != 0)).to(dtype)
-
-
-def _last_turn_sums(values: torch.Tensor, response_mask: torch.Tensor) -> np.ndarray:
-    """:func:`last_turn_values` on a block of rows (its bool temporaries stay in a CPU cache), as numpy."""
-    rows, width = response_mask.shape
-    trainable = response_mask != 0  # (rows, R)
-    starts = trainable.clone()  # (rows, R): a run of trainable tokens begins here
-    starts[:, 1:] &= ~trainable[:, :-1]
-    counts = starts.sum(dim=-1, dtype=torch.int32)  # (rows,)
-    column = torch.arange(width, dtype=torch.int16 if width < 2**15 else torch.int32, device=values.device)  # (R,)
-    last_start = torch.where(starts, column, -1).amax(dim=-1, keepdim=True) if width else counts[:, None]  # (rows, 1)
-    first = torch.where(counts[:, None] >= 2, last_start, 0)  # (rows, 1): the last turn's first column
-    taken = (values != 0) & (column >= first) & (counts[:, None] > 0)  # (rows, R)
-    row, col = taken.nonzero(as_tuple=True)  # row-major: each row's tokens in order
-    out = np.zeros(rows, dtype=np.float64)  # (rows,)
-    np.add.at(out, row.cpu().numpy(), values[row, col].double().cpu().numpy())  # in order, unbuffered
-    return out
 
 
 def _same_shape(values: torch.Tensor, response_mask: torch.Tensor) -> None:
