@@ -290,3 +290,51 @@ def test_verls_actor_beside_row_weights_and_an_entropy_or_kl_term_is_refused(mod
     errors = [f for f in diagnose(compose_config(dotlist=dotlist)) if f.level == "error" and said in f.message]
     assert [f.key for f in errors] == ["lab.actor"] and "lab.actor=lab" in errors[0].fix
     assert not [f for f in diagnose(compose_config(dotlist=[*dotlist[:2], dotlist[3]])) if said in f.message]
+
+
+@pytest.mark.parametrize("trainer", ["lab", "agl"])
+def test_a_std_flag_that_verl_never_hands_the_estimator_is_a_warning(trainer):
+    def std_findings(*dotlist):
+        cfg = compose_config(overrides=EXAMPLE_OVERRIDES, dotlist=dotlist)
+        return [f for f in diagnose(cfg, trainer=trainer) if f.key == "algorithm.norm_adv_by_std_in_grpo"]
+
+    (found,) = std_findings("algorithm.adv_estimator=grpo_vectorized", "algorithm.norm_adv_by_std_in_grpo=false")
+    assert found.level == "warning" and "never passes the flag to grpo_vectorized" in found.message
+    assert "algorithm.adv_estimator=grpo" in found.fix
+    assert std_findings("algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=false") == []
+    assert std_findings("algorithm.adv_estimator=grpo_passk", "algorithm.norm_adv_by_std_in_grpo=false") == []
+    assert std_findings("algorithm.adv_estimator=grpo_vectorized") == []
+
+
+def test_the_std_warning_is_what_the_pipeline_does_on_verl():
+    # the warning's claim, on the lab's own pipeline (verl's compute_advantage): grpo_vectorized with the flag false
+    # gives grpo's std-divided advantages, not grpo's mean-centred ones
+    import numpy as np
+    import torch
+    from verl import DataProto
+
+    from agl_lab.core.pipeline import estimate_advantages
+
+    rewards = torch.tensor([0.0, 1.0, 1.0, 0.0, 0.0, 3.0])  # (rows,): two prompts of three rollouts, one row each
+    scores = torch.zeros(6, 4)  # (rows, R)
+    scores[:, -1] = rewards
+
+    def advantages(estimator, flag):
+        batch = DataProto.from_dict(
+            tensors={"token_level_rewards": scores.clone(), "response_mask": torch.ones(6, 4)},
+            non_tensors={
+                "uid": np.array(list("aaabbb"), dtype=object),
+                "data_id_list": np.array(list("aaabbb"), dtype=object),
+                "rollout_id_list": np.array([f"r{i}" for i in range(6)], dtype=object),
+            },
+        )
+        cfg = compose_config(
+            dotlist=[f"algorithm.adv_estimator={estimator}", f"algorithm.norm_adv_by_std_in_grpo={flag}",
+                     "algorithm.enable_rollout_level_advantage=false", "actor_rollout_ref.rollout.n=3"]
+        )  # fmt: skip
+        out, _ = estimate_advantages(batch, cfg, rollout_level=False)  # step 4: verl's compute_advantage
+        return out.batch["advantages"][:, -1]
+
+    vectorized_off = advantages("grpo_vectorized", "false")
+    assert torch.allclose(vectorized_off, advantages("grpo", "true"), atol=1e-6)
+    assert not torch.allclose(vectorized_off, advantages("grpo", "false"), atol=1e-3)

@@ -27,6 +27,7 @@ from verl.trainer.ppo import core_algos
 
 from agl_lab.config.checks import Finding, value_findings, verl_actor_problem
 from agl_lab.config.compose import ConfigError, key_problem, shared_base, type_problem
+from agl_lab.config.estimator_flags import std_flag_finding
 from agl_lab.config.lab_config import LabConfig, lab_field_rule
 from agl_lab.config.modes import LOSS_MODES
 from agl_lab.config.settings import SETTINGS, estimator_choices
@@ -42,6 +43,7 @@ from agl_lab.core.keys import (
     LOSS_MODE,
     MAX_PPO_UPDATE_TIMES,
     MAX_TURNS,
+    NORM_ADV_BY_STD,
     ROLLOUT_LEVEL,
     TRACE_LEVEL,
     USE_KL_IN_REWARD,
@@ -260,6 +262,8 @@ def _algorithm(get) -> list[Finding]:
                 f"set {USE_KL_IN_REWARD}=false and, for a KL term, {USE_KL_LOSS}=true",
             )
         )
+    if found := std_flag_finding(estimator, get(NORM_ADV_BY_STD)):
+        findings.append(Finding("warning", *found))
     if get(MAX_PPO_UPDATE_TIMES) is None:
         findings.append(
             Finding(

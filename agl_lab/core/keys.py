@@ -11,6 +11,7 @@ What a key's values may be lives in :data:`agl_lab.config.constraints.CONSTRAINT
 from __future__ import annotations
 
 # ---- sections --------------------------------------------------------------------------------------------------
+ALGORITHM = "algorithm"
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
 REF = "actor_rollout_ref.ref"
@@ -31,7 +32,8 @@ GAMMA = "algorithm.gamma"
 LAM = "algorithm.lam"
 USE_KL_IN_REWARD = "algorithm.use_kl_in_reward"
 KL_PENALTY = "algorithm.kl_penalty"
-KL_COEF = "algorithm.kl_ctrl.kl_coef"
+KL_CTRL = "algorithm.kl_ctrl"
+KL_COEF = f"{KL_CTRL}.kl_coef"
 GDPO_REWARD_KEYS = "algorithm.gdpo_reward_keys"
 
 # ---- actor_rollout_ref -----------------------------------------------------------------------------------------

@@ -32,7 +32,20 @@ from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_
 from agl_lab.core import metric_names
 from agl_lab.core.advantage import compute_rollout_level_advantage
 from agl_lab.core.groups import group_rows
-from agl_lab.core.keys import DIVISOR, LOSS_MODE, ROLLOUT_LEVEL, USE_KL_IN_REWARD
+from agl_lab.core.keys import (
+    ALGORITHM,
+    DIVISOR,
+    ESTIMATOR,
+    GAMMA,
+    KL_CTRL,
+    KL_PENALTY,
+    LAM,
+    LOSS_MODE,
+    NORM_ADV_BY_STD,
+    ROLLOUT_LEVEL,
+    ROLLOUT_N,
+    USE_KL_IN_REWARD,
+)
 from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, normalize_advantages_by_rollout
 from agl_lab.core.row_weights import LOSS_WEIGHT, ROW_WEIGHTED_LOSS_MODES, weighted_advantages
 from agl_lab.core.rows import require_finite_rows
@@ -78,18 +91,18 @@ def rewards_and_advantages(
     one from the config), rollout correction, advantage. ``rollout_level`` (default:
     ``algorithm.enable_rollout_level_advantage``) picks step 4's branch. Writes ``token_level_rewards``,
     ``advantages`` and ``returns`` into ``batch``."""
-    algorithm = cfg.algorithm
+    algorithm = OmegaConf.select(cfg, ALGORITHM)
     metrics: dict[str, Any] = {}
     if "token_level_scores" not in batch.batch.keys():
         raise ValueError("batch lacks token_level_scores: the rows need the rollout's reward on their last token")
     # NaN/inf rewards are refused on every path before anything is written: verl's estimators would spread them
     require_finite_rows(batch.batch["token_level_scores"].sum(dim=-1), "token_level_scores")  # (rows,)
-    if algorithm.use_kl_in_reward:
+    if OmegaConf.select(cfg, USE_KL_IN_REWARD):
         for key in ("old_log_probs", "ref_log_prob"):
             if key not in batch.batch.keys():
                 raise ValueError(f"{USE_KL_IN_REWARD} needs batch[{key!r}]: compute log-probs first or set it to false")
-        kl_ctrl = kl_ctrl if kl_ctrl is not None else core_algos.get_kl_controller(algorithm.kl_ctrl)
-        batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=kl_ctrl, kl_penalty=algorithm.kl_penalty)
+        kl_ctrl = kl_ctrl if kl_ctrl is not None else core_algos.get_kl_controller(OmegaConf.select(cfg, KL_CTRL))
+        batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=kl_ctrl, kl_penalty=OmegaConf.select(cfg, KL_PENALTY))
         metrics.update(kl_metrics)
     else:
         batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
@@ -126,25 +139,24 @@ def estimate_advantages(batch: DataProto, cfg: DictConfig, *, rollout_level: boo
     """Step 4 alone: rollout-level advantage, per-turn advantage (a per-turn estimator,
     :mod:`agl_lab.core.turn_advantage`) or verl's ``compute_advantage`` on every row; with that path's metrics."""
     adv_kwargs = advantage_kwargs(cfg)
-    if problem := rollout_level_problem(cfg.algorithm.adv_estimator, rollout_level):
+    if problem := rollout_level_problem(OmegaConf.select(cfg, ESTIMATOR), rollout_level):
         raise ValueError(": ".join(problem))
     if rollout_level:
         return compute_rollout_level_advantage(batch, **adv_kwargs)
-    if is_turn_estimator(cfg.algorithm.adv_estimator):
+    if is_turn_estimator(OmegaConf.select(cfg, ESTIMATOR)):
         return compute_turn_level_advantage(batch, **adv_kwargs)
     return compute_advantage(batch, **adv_kwargs), {}
 
 
 def advantage_kwargs(cfg: DictConfig) -> dict[str, Any]:
     """The estimator's arguments from the config, for verl's ``compute_advantage`` and the rollout-level path alike."""
-    algorithm = cfg.algorithm
     return {
-        "adv_estimator": algorithm.adv_estimator,
-        "gamma": algorithm.gamma,
-        "lam": algorithm.lam,
-        "num_repeat": cfg.actor_rollout_ref.rollout.n,
-        "norm_adv_by_std_in_grpo": algorithm.get("norm_adv_by_std_in_grpo", True),
-        "config": algorithm,
+        "adv_estimator": OmegaConf.select(cfg, ESTIMATOR),
+        "gamma": OmegaConf.select(cfg, GAMMA),
+        "lam": OmegaConf.select(cfg, LAM),
+        "num_repeat": OmegaConf.select(cfg, ROLLOUT_N),
+        "norm_adv_by_std_in_grpo": OmegaConf.select(cfg, NORM_ADV_BY_STD, default=True),
+        "config": OmegaConf.select(cfg, ALGORITHM),
     }
 
 

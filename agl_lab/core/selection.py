@@ -24,7 +24,7 @@ from verl.trainer.ppo.ray_trainer import compute_response_mask
 
 from agl_lab.core import metric_names
 from agl_lab.core.groups import as_arrays
-from agl_lab.core.keys import MAX_PPO_UPDATE_TIMES
+from agl_lab.core.keys import CAP_DROP_UNIT, ESTIMATOR, MAX_PPO_UPDATE_TIMES, MINI_BATCH, ROLLOUT_N, SEED, TEMPERATURE
 from agl_lab.core.rows import require_matrix
 from agl_lab.core.update_cap import (
     marked_rows_kept,
@@ -38,7 +38,7 @@ __all__ = ["FATES", "Selection", "mini_batch_rows", "plan_selection", "select_ro
 
 def mini_batch_rows(cfg: DictConfig) -> int:
     """Rows per PPO mini-batch: ``ppo_mini_batch_size × rollout.n`` (verl counts prompts, rows are rollouts)."""
-    return int(cfg.actor_rollout_ref.actor.ppo_mini_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
+    return int(OmegaConf.select(cfg, MINI_BATCH)) * int(OmegaConf.select(cfg, ROLLOUT_N))
 
 
 @dataclass(frozen=True)
@@ -76,11 +76,11 @@ def plan_selection(rows: DataProto, cfg: DictConfig, *, seed: int | None = None,
     """:func:`select_rows` with its reasons: which input rows are kept, why each other row is dropped, and how many
     rollouts are trained in part. An empty selection warns (``EmptyBatchWarning``, ``stacklevel`` counted from the
     caller): the trainer skips that step."""
-    if cfg.algorithm.adv_estimator == core_algos.AdvantageEstimator.REMAX:
+    if OmegaConf.select(cfg, ESTIMATOR) == core_algos.AdvantageEstimator.REMAX:
         raise NotImplementedError("REMAX baseline not yet supported in AgentLightningRayPPOTrainer")
-    seed = int(cfg.lab.seed) if seed is None else seed
+    seed = int(OmegaConf.select(cfg, SEED)) if seed is None else seed
     batch = shallow_copy(rows)
-    batch.meta_info["temperature"] = cfg.actor_rollout_ref.rollout.temperature
+    batch.meta_info["temperature"] = OmegaConf.select(cfg, TEMPERATURE)
     if "data_id_list" in batch.non_tensor_batch:
         batch.non_tensor_batch["uid"] = batch.non_tensor_batch["data_id_list"]
     else:  # Agent Lightning gives every row its own group then
@@ -105,7 +105,7 @@ def plan_selection(rows: DataProto, cfg: DictConfig, *, seed: int | None = None,
         mini_batch_size=mini_batch_rows(cfg),
         max_ppo_update_times=OmegaConf.select(cfg, MAX_PPO_UPDATE_TIMES),
         seed=seed,
-        drop_unit=cfg.lab.cap_drop_unit,
+        drop_unit=OmegaConf.select(cfg, CAP_DROP_UNIT),
     )
     kept = survivors[plan.kept]  # (kept,)
     if len(kept) < n:

@@ -29,8 +29,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from agl_lab.core.keys import ESTIMATOR
 from agl_lab.core.turn_estimators import is_turn_estimator
 
 __all__ = ["PLACEMENTS", "add_extra_rewards", "check_turn_rewards", "place_rewards", "placement_for"]
@@ -40,7 +41,7 @@ PLACEMENTS = ("per_turn", "summed")
 
 def placement_for(cfg: DictConfig) -> str:
     """``per_turn`` when the config's estimator is a per-turn one, else ``summed`` (module docstring)."""
-    return "per_turn" if is_turn_estimator(cfg.algorithm.adv_estimator) else "summed"
+    return "per_turn" if is_turn_estimator(OmegaConf.select(cfg, ESTIMATOR)) else "summed"
 
 
 def check_turn_rewards(rollout: Any) -> None:
