@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import nbformat
 from playwright.sync_api import Locator, Page, sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,10 +57,14 @@ from jupyter_browser import (  # noqa: E402
 )
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+# 01's section-4 run at the size the notebook tests give it (metadata.agl_lab.test_parameters)
+_RUN_DOTLIST = nbformat.read(ROOT / "notebooks" / "01_per_rollout_weighting.ipynb", as_version=4).metadata["agl_lab"][
+    "test_parameters"
+]["RUN_DOTLIST"]
 # What each notebook runs with here: 01's live panel at ~10k rows (the rest of the notebook small), 03 without its
 # demo (its panel's runs are started by the benchmark, at the default size).
 PARAMETERS = {
-    "01_per_rollout_weighting": {"PANEL_PROMPTS": 900, "RUN_STEPS": 2, "HISTORY_STEPS": 3},
+    "01_per_rollout_weighting": {"PANEL_PROMPTS": 900, "RUN_STEPS": 2, "RUN_DOTLIST": _RUN_DOTLIST, "HISTORY_STEPS": 3},
     "03_short_training_runs": {"STEPS": 2, "DEMO": False, "RUN_PANEL": False},
 }
 Change = tuple[str, Locator, Callable[[], None], str | None]  # control name, control, what a person does, until

@@ -1,4 +1,8 @@
-from agl_lab.config.secrets import MASK, is_secret_key, redact
+import enum
+
+from omegaconf import OmegaConf
+
+from agl_lab.config.secrets import MASK, is_secret_key, redact, redacted_yaml
 
 
 def test_secret_names():
@@ -95,3 +99,26 @@ def test_no_secret_in_anything_a_check_export_run_or_sweep_writes_or_prints(tmp_
     assert "agentlightning.agl_key=***" in cell
     assert any(p.suffix == ".wandb" for p in files) and (tmp_path / "run" / "tracking.jsonl").exists()
     assert len(files) >= 20  # config, metrics, timings, policy, W&B run, tracking.jsonl, cells, export, ...
+
+
+class _Level(enum.Enum):
+    HIGH = 1
+
+
+def test_redacted_yaml_is_the_text_of_the_redacted_config_dumped_by_omegaconf():
+    """The dump without rebuilding a config equals ``OmegaConf.to_yaml`` of one built from the redacted values: the
+    lab's whole tree with a secret set, and strings YAML would read as other types, interpolations, enums, unicode."""
+    import agl_lab
+
+    odd = {"null": "null", "number": "1.0", "colon": "a: b", "empty": "", "missing": "???", "unicode": "é✓",
+           "multiline": "a\nb", "long": "word " * 40, "big": 10**20, "tiny": 1e-9, "ref": "${.number}",
+           "escaped": "\\${not.a.ref}", "level": _Level.HIGH, "hf_token": "hf-abcdef"}  # fmt: skip
+    configs = [
+        agl_lab.short_run_config(dotlist=["agentlightning.agl_key=sk-secret-1234", "lab.seed=3"]),
+        OmegaConf.create({"odd": odd, "list": [1, 2.5, None, True, {"api_key": "k-123456"}]}),
+    ]
+    for cfg in configs:
+        rebuilt = OmegaConf.to_yaml(OmegaConf.create(redact(OmegaConf.to_container(cfg, resolve=True))))
+        assert redacted_yaml(cfg) == rebuilt
+        assert "sk-secret-1234" not in redacted_yaml(cfg) and "hf-abcdef" not in redacted_yaml(cfg)
+    assert "level: HIGH" in redacted_yaml(configs[1]) and "agl_key: '***'" in redacted_yaml(configs[0])

@@ -240,7 +240,8 @@ def _yaml(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
-        loaded = yaml.safe_load(read_text_file(path, what="YAML file"))
+        # libyaml's parser where PyYAML has it (the same values, the same types): a run's config.yaml is ~600 lines
+        loaded = yaml.load(read_text_file(path, what="YAML file"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise ValueError(f"{path} is not valid YAML: {exc}") from exc
     return loaded if isinstance(loaded, dict) else {}
