@@ -94,20 +94,29 @@ def test_help_and_version_load_neither_verl_nor_torch_nor_ray():
     assert {args: heavy for args, heavy in probe["loaded"].items() if heavy} == {}
 
 
-def in_process(capsys, *args) -> str:
-    """``agl-lab ARGS`` called in this process (for what needs no fresh interpreter): its stdout, then its stderr."""
+def called(capsys, *args) -> subprocess.CompletedProcess:
+    """``agl-lab ARGS`` called in this process, as :func:`run` reports a process: exit code, stdout, stderr. For what
+    a test reads from the output and the files; what only a fresh interpreter shows (an entry point, stray lines at
+    exit, signals, secrets a library's logger prints) goes through :func:`run`. Saves each call the seconds a new
+    interpreter spends importing torch and verl."""
     capsys.readouterr()
     try:
-        code = main(list(args))
+        code = main(list(map(str, args)))
     except SystemExit as exit_:  # --help exits
         code = exit_.code
     captured = capsys.readouterr()
-    out = captured.out + captured.err  # the doctor's errors go to stderr
-    return out if code == 0 else f"exit {code}\n{out}"
+    return subprocess.CompletedProcess(args, code, captured.out, captured.err)
 
 
-def test_check_prints_the_settings_the_doctor_and_the_metrics():
-    result = run("check", "agentlightning.max_ppo_update_times=2")
+def in_process(capsys, *args) -> str:
+    """:func:`called`'s stdout, then its stderr (the doctor's errors), after ``exit N`` when N is not 0."""
+    result = called(capsys, *args)
+    out = result.stdout + result.stderr
+    return out if result.returncode == 0 else f"exit {result.returncode}\n{out}"
+
+
+def test_check_prints_the_settings_the_doctor_and_the_metrics(capsys):
+    result = called(capsys, "check", "agentlightning.max_ppo_update_times=2")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert out.startswith(f"Base: example = {BASES['example'].label}\n")
@@ -129,8 +138,8 @@ def test_python_dash_m_and_show_config():
     assert "agentlightning:" in result.stdout and "max_ppo_update_times: null" in result.stdout
 
 
-def test_misspelt_key_exits_2_naming_the_nearest_key():
-    result = run("check", "agentlightning.max_ppo_update_time=2")
+def test_misspelt_key_exits_2_naming_the_nearest_key(capsys):
+    result = called(capsys, "check", "agentlightning.max_ppo_update_time=2")
     assert result.returncode == 2
     assert "did you mean 'agentlightning.max_ppo_update_times'?" in result.stderr
 
@@ -176,9 +185,9 @@ def test_train_on_verls_own_actor_engine(tmp_path):
     assert "Traceback" not in result.stderr and "is_fx_tracing" not in result.stderr
 
 
-def test_demo_writes_figures_and_a_summary_table_and_prints_its_folder_last(tmp_path):
+def test_demo_writes_figures_and_a_summary_table_and_prints_its_folder_last(tmp_path, capsys):
     out = tmp_path / "demo"
-    result = run("demo", "--out", str(out), *TINY_RUN, entry=(sys.executable, "-m", "agl_lab"))
+    result = called(capsys, "demo", "--out", str(out), *TINY_RUN)  # `python -m agl_lab`: test_python_dash_m_and_...
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == str(out.resolve())
     assert not re.search(r"\de[+-]\d", result.stdout), "the summary table prints a number in exponent form"
@@ -231,7 +240,7 @@ def test_launch_exports_for_agent_lightning_and_says_what_to_install(tmp_path):
 
 
 def test_launch_refuses_what_agent_lightning_would_refuse_and_check_says_so_first(tmp_path, capsys):
-    result = run("launch", "--out", str(tmp_path / "x"))  # AGL's defaults: gae with rollout-level advantage
+    result = called(capsys, "launch", "--out", tmp_path / "x")  # AGL's defaults: gae with rollout-level advantage
     assert result.returncode == 1 and "gae gives per-token advantages" in result.stderr
     assert result.stdout.startswith(f"Base: agl = {BASES['agl'].label}\n")
     assert "Nothing exported. `agl-lab check --base agl`" in result.stdout
@@ -270,8 +279,8 @@ def test_launch_record_exports_a_script_that_trains_through_the_recorder(tmp_pat
     assert "RECORD = 'runs/r'" in script and "from agl_lab.training.agl_recorder import record_run" in script
 
 
-def test_several_values_are_refused_outside_sweep():
-    result = run("train", "lab.seed=0,1")
+def test_several_values_are_refused_outside_sweep(capsys):
+    result = called(capsys, "train", "lab.seed=0,1")
     assert result.returncode == 2
     assert "lab.seed=0,1: several values (a sweep) are accepted only by `agl-lab sweep`" in result.stderr
 
@@ -320,10 +329,10 @@ def test_a_seed_that_is_none_is_a_usage_error(capsys, given, error):
     assert exit_.value.code == 2 and f"argument --seeds: {error}" in capsys.readouterr().err
 
 
-def test_sweep_trains_settings_times_seeds_and_writes_the_demos_files(tmp_path):
+def test_sweep_trains_settings_times_seeds_and_writes_the_demos_files(tmp_path, capsys):
     out = tmp_path / "sweep"
-    result = run(  # in the order people type: options, then the items (--seeds never takes one)
-        "sweep", "--seeds", "0-1", *TINY_RUN, "--executor", "serial", "--out", str(out),
+    result = called(  # in the order people type: options, then the items (--seeds never takes one)
+        capsys, "sweep", "--seeds", "0-1", *TINY_RUN, "--executor", "serial", "--out", str(out),
         "agentlightning.max_ppo_update_times=null,1", "--wandb-mode", "disabled", "--band", "seeds",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -361,8 +370,10 @@ def test_sweep_trains_settings_times_seeds_and_writes_the_demos_files(tmp_path):
     assert "max_ppo_update_times-1 − max_ppo_update_times-null: " in result.stdout
 
 
-def test_sweep_refuses_a_baseline_it_does_not_sweep_before_anything_runs(tmp_path):
-    result = run("sweep", "lab.seed=0", "--baseline", "nope", "--out", str(tmp_path / "s"), "--executor", "serial")
+def test_sweep_refuses_a_baseline_it_does_not_sweep_before_anything_runs(tmp_path, capsys):
+    result = called(
+        capsys, "sweep", "lab.seed=0", "--baseline", "nope", "--out", tmp_path / "s", "--executor", "serial"
+    )
     assert result.returncode == 2 and not (tmp_path / "s").exists()
     assert (
         "--baseline 'nope' is not a setting of this sweep; choose one of ['both_on', 'both_off', 'both_on_cap2']"
@@ -370,15 +381,15 @@ def test_sweep_refuses_a_baseline_it_does_not_sweep_before_anything_runs(tmp_pat
     )
 
 
-def test_reproduce_lists_its_experiments_refuses_unknown_ones_and_runs_one(tmp_path):
-    listed = run("reproduce", "--list")
+def test_reproduce_lists_its_experiments_refuses_unknown_ones_and_runs_one(tmp_path, capsys):
+    listed = called(capsys, "reproduce", "--list")
     assert listed.returncode == 0 and "row-split\n  claim: " in listed.stdout and "arXiv:2503.20783" in listed.stdout
-    unknown = run("reproduce", "nope")
+    unknown = called(capsys, "reproduce", "nope")
     assert unknown.returncode == 2
     assert f"unknown experiment 'nope'; choose one of {list(EXPERIMENTS)}" in unknown.stderr
     out = tmp_path / "cap"
-    result = run(
-        "reproduce", "update-cap", *TINY_RUN, "--pilot-seeds", "2", "--max-seeds", "2", "--executor", "serial",
+    result = called(
+        capsys, "reproduce", "update-cap", *TINY_RUN, "--pilot-seeds", "2", "--max-seeds", "2", "--executor", "serial",
         "--wandb-mode", "disabled", "--out", str(out),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

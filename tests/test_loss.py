@@ -308,13 +308,15 @@ def test_normalization_matches_loop_reference_and_equalizes_rollouts(n_rows, wid
 def test_ray_workers_get_the_loss_through_the_setup_hook():
     import ray
 
+    from agl_lab.studies.ray_start import init_ray  # ray.init, tried again if a busy machine makes it time out
+
     lookup = ray.remote(get_policy_loss_fn)
     try:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        init_ray(num_cpus=1, include_dashboard=False, log_to_driver=False)
         with pytest.raises(ray.exceptions.RayTaskError, match="Unsupported loss mode: per_rollout_mean"):
             ray.get(lookup.remote(PER_ROLLOUT_MEAN_LOSS_MODE))  # a bare worker never imports agl_lab
         ray.shutdown()
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env=agl_lab.ray_runtime_env())
+        init_ray(num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env=agl_lab.ray_runtime_env())
         assert ray.get(lookup.remote(PER_ROLLOUT_MEAN_LOSS_MODE)) is compute_policy_loss_per_rollout_mean
         cispo = ray.get(lookup.remote(CISPO_PER_ROLLOUT_MEAN_LOSS_MODE))
         assert cispo is compute_policy_loss_cispo_per_rollout_mean

@@ -2,8 +2,9 @@
 node killed mid-sweep loses no finished cell, the same command finishes the sweep, and neither the address nor the
 cluster's auth token lands in any file the sweep writes or any line it prints.
 
-The cluster is started by the test with ``ray start --block`` (a head and a worker, each its own process group, token
-authentication on, ports chosen free, a short temporary folder for Ray's sockets) and always stopped by the fixture.
+The cluster is started by the test with ``ray start --block`` (a head, then a worker once the head is up, each its own
+process group, token authentication on, ports chosen free, a short temporary folder for Ray's sockets) and always
+stopped by the fixture.
 """
 
 from __future__ import annotations
@@ -136,34 +137,41 @@ def cluster(tmp_path):
     token = secrets.token_hex(32)
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0"}
     env["HOME"] = str(tmp_path)  # no ~/.ray of the machine's
-    port = _free_port()
+    ports: list[int] = []  # the head's GCS port, a fresh one for each try
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats", "--block"]
     nodes: list[subprocess.Popen] = []
     try:
-        for attempt in range(1, STARTS + 1):  # Ray gives a raylet a fixed 30 s to register; a busy machine can miss it
-            head_args = [f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false", *_agent_ports()]
-            head = _start_node(["--head", *head_args, *common], env=env, log=tmp_path / "head.log", nodes=nodes)
-            _wait_listening(port, head)  # the worker joins as soon as the head's GCS answers; both then start together
-            worker_args = [f"--address=127.0.0.1:{port}", *_agent_ports()]
-            worker = _start_node([*worker_args, *common], env=env, log=tmp_path / "worker.log", nodes=nodes)
-            started = zip((head, worker), [tmp_path / "head.log", tmp_path / "worker.log"], strict=True)
-            pairs = list(started)
-            if attempt < STARTS and any(not _started(node, log) for node, log in pairs):
-                for node in reversed(nodes):
-                    _stop(node)
-                nodes.clear()
-                _kill_strays(token)
-                port = _free_port()
-                continue
-            for node, log in pairs:
-                _wait_started(node, log)
-            break
-        yield Cluster(f"127.0.0.1:{port}", port, token, env, head, worker, _raylet_node_id(worker))
+        # One node after the other: a raylet registers only once its dashboard agent has imported and written its
+        # ports, within Ray's fixed 30 s; two nodes' agents importing at once beside a busy test worker missed it.
+        # The worker joins once the head is up; a node that missed the window is started again on its own.
+        def head_args() -> list[str]:
+            ports.append(_free_port())
+            return ["--head", f"--port={ports[-1]}", f"--temp-dir={temp}", "--include-dashboard=false"]
+
+        def worker_args() -> list[str]:
+            return [f"--address=127.0.0.1:{ports[-1]}"]
+
+        head = _start_until_up(head_args, common, env=env, log=tmp_path / "head.log", nodes=nodes)
+        worker = _start_until_up(worker_args, common, env=env, log=tmp_path / "worker.log", nodes=nodes)
+        yield Cluster(f"127.0.0.1:{ports[-1]}", ports[-1], token, env, head, worker, _raylet_node_id(worker))
     finally:
         for node in reversed(nodes):
             _stop(node)
         _kill_strays(token)
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def _start_until_up(args, common: list[str], *, env: dict[str, str], log: Path, nodes: list) -> subprocess.Popen:
+    """``ray start`` with ``args()`` until the node is up (:data:`STARTS` tries when it misses Ray's start-up window;
+    each failed try's processes stopped first); fails the test with the log on any other failure."""
+    for attempt in range(1, STARTS + 1):
+        node = _start_node([*args(), *_agent_ports(), *common], env=env, log=log, nodes=nodes)
+        if attempt == STARTS or _started(node, log):
+            break
+        _stop(node)  # its raylet and agents: one process group (it never registered, so it started no workers)
+        nodes.remove(node)
+    _wait_started(node, log)
+    return node
 
 
 def _start_node(args: list[str], *, env: dict[str, str], log: Path, nodes: list) -> subprocess.Popen:
@@ -193,16 +201,6 @@ def _wait_started(node: subprocess.Popen, log: Path) -> None:
         if node.poll() is not None or time.monotonic() > deadline:
             pytest.fail(f"{log.stem} did not start within {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
         time.sleep(0.5)
-
-
-def _wait_listening(port: int, node: subprocess.Popen) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while node.poll() is None and time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.5)
-    pytest.fail(f"the head's GCS did not listen on port {port} within {START_TIMEOUT_S} s")
 
 
 def _stop(node: subprocess.Popen) -> None:
