@@ -162,3 +162,22 @@ def test_sigterm_raises_terminated_in_the_block_only_and_later_signals_are_ignor
                 time.sleep(0.05)
     assert {sig: signal.getsignal(sig) for sig in previous} == previous
     assert issubclass(Terminated, KeyboardInterrupt)  # every `except KeyboardInterrupt` handles it like Ctrl-C
+
+
+@pytest.mark.parametrize(
+    ("given", "first", "spin"),
+    [
+        (None, "import agl_lab, torch", "0"),  # the lab's default reaches torch's OpenMP: waiting threads sleep at once
+        ("ACTIVE", "import agl_lab, torch", "30000000000"),  # a user's own policy is kept
+        (None, "import torch, agl_lab", "300000"),  # torch loaded first: OpenMP had read its environment already
+    ],
+)
+def test_importing_agl_lab_first_makes_torchs_openmp_threads_sleep_instead_of_spin(given, first, spin):
+    # libgomp prints the values it runs with (OMP_DISPLAY_ENV); GOMP_SPINCOUNT is the wait the policy chose
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env |= {"OMP_DISPLAY_ENV": "verbose"} | ({"OMP_WAIT_POLICY": given} if given else {})
+    probe = f"{first}; import os; print(os.environ['OMP_WAIT_POLICY'])"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert f"GOMP_SPINCOUNT = '{spin}'" in result.stderr
+    assert result.stdout.split() == [given or "PASSIVE"]
