@@ -85,9 +85,9 @@ readme: $(BIN)/.installed
 
 # One test at a time. On both cores (pytest-xdist: `$(BIN)/python -m pytest -n auto --dist loadgroup`, which
 # tests/conftest.py prepares: one JupyterLab's tests on one worker, the tests that start a Ray of their own one after
-# another) the suite took 27-28 minutes from a fresh clone instead of 40-50, but in one of two runs the two-node
+# another) the suite took 27-28 minutes from a fresh clone when it took 40-50 serially, but in one of two runs the two-node
 # cluster's `ray start` missed Ray's fixed 30 s start-up window three times beside the other worker's tests. Until
-# the Ray tests share one cluster, CI runs serially.
+# the Ray tests share one cluster, CI runs serially: 30 minutes from a fresh clone (2026-12-03).
 test: $(BIN)/.oracle /usr/bin/chromium
 	$(BIN)/python -m pytest --durations=15
 

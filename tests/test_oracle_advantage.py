@@ -38,7 +38,7 @@ from omegaconf import OmegaConf
 
 from agl_lab import compose_config, compute_rollout_level_advantage
 
-SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 GDPO_KEYS = ("fmt", "acc")
 RESULTS: collections.Counter = collections.Counter()  # (estimator, "ok" or the error's first words) -> examples
 

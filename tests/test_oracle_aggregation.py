@@ -42,7 +42,7 @@ from verl.trainer.ppo.ray_trainer import compute_response_mask
 
 from agl_lab.core.aggregation import LLMCall, Rollout, aggregate, aggregation_limits
 
-SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 PATHS: collections.Counter = collections.Counter()
 
 

@@ -31,7 +31,7 @@ from agl_lab import (
     normalize_advantages_by_rollout,
 )
 
-SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 ADV_DTYPES = (torch.float32, torch.bfloat16, torch.float64, torch.float16)
 MASK_DTYPES = (torch.long, torch.bool, torch.int32, torch.float32, torch.bfloat16)
 ID_KINDS = ("list", "tuple", "str_array", "object_array", "int_array", "series", "int_series", "tuple_ids")

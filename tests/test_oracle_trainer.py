@@ -44,7 +44,7 @@ from agl_lab import EmptyBatchWarning, compose_config, prepare_batch
 from agl_lab.core.pipeline import compute_advantages, plan_selection, select_rows
 from agl_lab.core.update_cap import same_reward_rows
 
-SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "reinforce_plus_plus")
 ESTIMATORS += ("reinforce_plus_plus_baseline", "opo", "gpg")
 LOSS_MODES = ("per_rollout_mean", "cispo_per_rollout_mean", "vanilla")
