@@ -25,7 +25,7 @@ from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from agl_lab.core.keys import ESTIMATOR, NORM_ADV_BY_STD
+from agl_lab.core.keys import ALGORITHM, ESTIMATOR, GAMMA, LAM, NORM_ADV_BY_STD
 
 __all__ = ["std_flag_finding", "std_flag_ignored"]
 
@@ -73,7 +73,9 @@ def _probe(estimator: str, flag: bool) -> torch.Tensor:
         tensors={"token_level_rewards": rewards, "response_mask": torch.ones(rows, 2)},
         non_tensors={"uid": np.array(["a", "a", "b", "b"], dtype=object)},
     )
-    algorithm = OmegaConf.create({"adv_estimator": estimator, _FLAG: flag, "gamma": 1.0, "lam": 1.0})
+    algorithm = OmegaConf.create()  # the config's algorithm section as the trainers pass it, through core/keys
+    for key, value in ((ESTIMATOR, estimator), (NORM_ADV_BY_STD, flag), (GAMMA, 1.0), (LAM, 1.0)):
+        OmegaConf.update(algorithm, key.removeprefix(f"{ALGORITHM}."), value)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out = compute_advantage(
