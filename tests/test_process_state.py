@@ -181,3 +181,12 @@ def test_importing_agl_lab_first_makes_torchs_openmp_threads_sleep_instead_of_sp
     assert result.returncode == 0, result.stderr
     assert f"GOMP_SPINCOUNT = '{spin}'" in result.stderr
     assert result.stdout.split() == [given or "PASSIVE"]
+
+
+def test_importing_ray_builds_no_iri_parser():
+    # Every Ray worker, notebook kernel and CLI run that loads verl imports Ray, and Ray imports jsonschema. From 4.25
+    # jsonschema's format checkers import rfc3987-syntax, which builds its Earley parsers at import: 2-2.5 CPU-s a
+    # process, 4x the rest of `import ray` (pyproject.toml holds jsonschema below it).
+    probe = "import sys, ray, jsonschema; print(jsonschema.__version__, 'rfc3987_syntax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert out[1] == "False", f"jsonschema {out[0]} imported rfc3987_syntax beside Ray"
