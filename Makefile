@@ -83,13 +83,12 @@ readme: $(BIN)/.installed
 			"--ignore-glob=tests/test_browser*.py" >&2; exit 1; \
 	fi
 
-# One test at a time. On both cores (pytest-xdist: `$(BIN)/python -m pytest -n auto --dist loadgroup`, which
-# tests/conftest.py prepares: one JupyterLab's tests on one worker, the tests that start a Ray of their own one after
-# another) the suite took 27-28 minutes from a fresh clone when it took 40-50 serially, but in one of two runs the two-node
-# cluster's `ray start` missed Ray's fixed 30 s start-up window three times beside the other worker's tests. Until
-# the Ray tests share one cluster, CI runs serially: 30 minutes from a fresh clone (2026-12-03).
+# On every core, up to 4 (pytest-xdist; tests/conftest.py keeps the tests sharing one JupyterLab on one worker and
+# runs the tests that start a Ray of their own one after another, both groups first): 16 minutes from a fresh clone
+# on 2 cores (2026-12-03; three clean runs at 16-18.5 minutes, 30 minutes one test at a time). The CPU is busy 96-100%
+# of it, so a third worker on 2 cores gains nothing (15:58 against 16:07). One test at a time: drop -n.
 test: $(BIN)/.oracle /usr/bin/chromium
-	$(BIN)/python -m pytest --durations=15
+	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadgroup --durations=15
 
 test-core: $(BIN)/.oracle
 	AGL_LAB_ORACLE_EXAMPLES=500 $(BIN)/python -m pytest $(CORE_TESTS)

@@ -225,14 +225,17 @@ def lines_in(path) -> int:
     return len(Path(path).read_text().splitlines()) if Path(path).exists() else 0
 
 
-# On both cores (pytest-xdist, ``-n auto --dist loadgroup``; `make test` runs serially, see the Makefile): tests that
+# On every core (pytest-xdist, ``-n auto --dist loadgroup``, what `make test` runs; see the Makefile): tests that
 # share one server (JupyterLab with Chromium) stay on one worker, so it starts once; tests that start a Ray of their
 # own (marked ``ray``, the two-node cluster's file) run one after another on one worker, since two Ray starts at once
 # on 2 busy cores can miss Ray's fixed 30 s start-up window. The two groups, each several minutes, start first, then
 # the files that take longest, so that no worker is left with a long one alone at the end. Serially neither applies.
 SHARED_SERVER = {"test_browser.py": "jupyterlab", "test_sweep_cluster.py": "ray"}
 GROUPS_FIRST = ("jupyterlab", "ray")
-LONGEST_FIRST = ("test_sweep.py", "test_cli.py", "test_notebooks.py", "test_faults_signals.py", "test_reproduce.py")
+LONGEST_FIRST = (  # worker-seconds, 2026-12-03: 223, 166, 154, 96, 69, 68, 59
+    "test_notebooks.py", "test_faults_signals.py", "test_sweep.py", "test_cli.py", "test_oracle_loss.py",
+    "test_oracle_trainer.py", "test_process_state.py",
+)  # fmt: skip
 
 
 def pytest_collection_modifyitems(config, items):
