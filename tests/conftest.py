@@ -193,11 +193,20 @@ AGL_LAB = str(Path(sys.executable).parent / "agl-lab")
 
 
 def start_agl_lab(args, *, cwd, env=None):
+    """``agl-lab args`` as a terminal starts it: SIGHUP at its default even when the tests run under ``nohup``, whose
+    ignored SIGHUP a child inherits and agl-lab then keeps ignoring (as ``nohup`` asks)."""
+    import signal
     import subprocess
 
     env = {**os.environ, "WANDB_SILENT": "true", "HOME": str(cwd), **(env or {})}
     return subprocess.Popen(
-        [AGL_LAB, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd
+        [AGL_LAB, *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )
 
 
