@@ -19,7 +19,7 @@ from verl.trainer.ppo.core_algos import AdvantageEstimator
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 from agl_lab.core.groups import RolloutGroups, as_arrays, group_key, group_rows, non_tensor_ids, uniform_groups
-from agl_lab.core.metric_names import (
+from agl_lab.core.keys import (
     ROLLOUT_LEVEL_MAX_ROWS_PER_ROLLOUT,
     ROLLOUT_LEVEL_N_MULTI_ROW_ROLLOUTS,
     ROLLOUT_LEVEL_N_ROLLOUTS,

@@ -35,7 +35,7 @@ import numpy as np
 from omegaconf import DictConfig
 from verl import DataProto
 
-from agl_lab.core import metric_names
+from agl_lab.core import keys
 from agl_lab.core.rows import build_rows
 from agl_lab.core.turn_rewards import add_extra_rewards, check_turn_rewards, place_rewards
 
@@ -190,21 +190,21 @@ def aggregate(
     )
     add_extra_rewards(batch.batch["token_level_scores"], extra)
     metrics: dict[str, Any] = {
-        metric_names.REWARD: float(np.mean(rewards)) if rewards else 0.0,
-        metric_names.N_SAMPLE: len(kept),
-        metric_names.N_ROLLOUTS: len(rollouts),
-        metric_names.N_ROLLOUTS_W_TRACE: n_with_trace,
-        metric_names.N_ROLLOUTS_W_REWARD: n_with_reward,
-        metric_names.N_TRUNCATED_SAMPLE: n_truncated,
-        metric_names.N_SKIPPED_EMPTY_ROWS: n_empty,
-        metric_names.N_TURNS: len(turn_lengths),
+        keys.REWARD: float(np.mean(rewards)) if rewards else 0.0,
+        keys.N_SAMPLE: len(kept),
+        keys.N_ROLLOUTS: len(rollouts),
+        keys.N_ROLLOUTS_W_TRACE: n_with_trace,
+        keys.N_ROLLOUTS_W_REWARD: n_with_reward,
+        keys.N_TRUNCATED_SAMPLE: n_truncated,
+        keys.N_SKIPPED_EMPTY_ROWS: n_empty,
+        keys.N_TURNS: len(turn_lengths),
         "response_length/training/avg_by_turn": float(np.mean(turn_lengths)),
         "response_length/training/max_by_turn": int(np.max(turn_lengths)),
         "response_length/training/min_by_turn": int(np.min(turn_lengths)),
     }
     if level == "trajectory":
-        metrics[metric_names.N_UNMERGED_ROLLOUTS] = n_unmerged
-        metrics[metric_names.N_TRACE_MERGE_MISMATCH_ROWS] = min(n_mismatch, MISMATCH_LIMIT)
+        metrics[keys.N_UNMERGED_ROLLOUTS] = n_unmerged
+        metrics[keys.N_TRACE_MERGE_MISMATCH_ROWS] = min(n_mismatch, MISMATCH_LIMIT)
     return batch, metrics
 
 

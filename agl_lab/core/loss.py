@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from agl_lab.core.groups import group_rows
-from agl_lab.core.metric_names import ACTOR_PG_CLIPFRAC, ACTOR_PG_CLIPFRAC_LOWER, ACTOR_PPO_KL
+from agl_lab.core.keys import ACTOR_PG_CLIPFRAC, ACTOR_PG_CLIPFRAC_LOWER, ACTOR_PPO_KL
 
 if TYPE_CHECKING:
     import torch

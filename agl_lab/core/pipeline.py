@@ -29,11 +29,11 @@ from verl.trainer.ppo.metric_utils import compute_data_metrics
 from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 
-from agl_lab.core import metric_names
 from agl_lab.core.advantage import compute_rollout_level_advantage
 from agl_lab.core.groups import group_rows
 from agl_lab.core.keys import (
     ALGORITHM,
+    CRITIC_N_TRANSITION_AFTER_DROPPING,
     DIVISOR,
     ESTIMATOR,
     GAMMA,
@@ -41,6 +41,8 @@ from agl_lab.core.keys import (
     KL_PENALTY,
     LAM,
     LOSS_MODE,
+    N_GROUPS,
+    N_ZERO_ADV_GROUPS,
     NORM_ADV_BY_STD,
     ROLLOUT_LEVEL,
     ROLLOUT_N,
@@ -76,7 +78,7 @@ def compute_advantages(
     calls :func:`normalize_for_loss`)."""
     batch, metrics = rewards_and_advantages(batch, cfg, kl_ctrl=kl_ctrl)
     metrics.update(_group_metrics(batch))
-    metrics[metric_names.CRITIC_N_TRANSITION_AFTER_DROPPING] = len(batch)
+    metrics[CRITIC_N_TRANSITION_AFTER_DROPPING] = len(batch)
     metrics.update(compute_data_metrics(batch=batch, use_critic=False))
     if normalize:
         normalize_for_loss(batch, cfg)
@@ -203,4 +205,4 @@ def _group_metrics(batch: DataProto) -> dict[str, int]:
     codes = torch.from_numpy(groups.codes)  # (rows,)
     high = torch.full((groups.n_groups,), -torch.inf).scatter_reduce(0, codes, scores, "amax")  # (groups,)
     low = torch.full((groups.n_groups,), torch.inf).scatter_reduce(0, codes, scores, "amin")  # (groups,)
-    return {metric_names.N_GROUPS: groups.n_groups, metric_names.N_ZERO_ADV_GROUPS: int((high - low == 0).sum())}
+    return {N_GROUPS: groups.n_groups, N_ZERO_ADV_GROUPS: int((high - low == 0).sum())}

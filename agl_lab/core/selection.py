@@ -22,9 +22,17 @@ from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import compute_response_mask
 
-from agl_lab.core import metric_names
 from agl_lab.core.groups import as_arrays
-from agl_lab.core.keys import CAP_DROP_UNIT, ESTIMATOR, MAX_PPO_UPDATE_TIMES, MINI_BATCH, ROLLOUT_N, SEED, TEMPERATURE
+from agl_lab.core.keys import (
+    CAP_DROP_UNIT,
+    ESTIMATOR,
+    MAX_PPO_UPDATE_TIMES,
+    MINI_BATCH,
+    PARTIALLY_DROPPED_ROLLOUTS,
+    ROLLOUT_N,
+    SEED,
+    TEMPERATURE,
+)
 from agl_lab.core.rows import require_matrix
 from agl_lab.core.update_cap import (
     marked_rows_kept,
@@ -56,7 +64,7 @@ class Selection:
     def partial_metrics(self) -> dict[str, int]:
         """``lab/partially_dropped_rollouts`` (a lab metric beside Agent Lightning's); nothing without rollout ids."""
         partial = self.partially_dropped
-        return {} if partial is None else {metric_names.PARTIALLY_DROPPED_ROLLOUTS: partial}
+        return {} if partial is None else {PARTIALLY_DROPPED_ROLLOUTS: partial}
 
 
 FATES = ("kept", "dropped/marked", "dropped/same_reward", "dropped/random")

@@ -33,8 +33,9 @@ import torch
 from verl import DataProto
 
 from agl_lab.core.groups import as_arrays, group_key, group_rows, non_tensor_ids, uniform_groups
-from agl_lab.core.keys import CAP_DROP_UNIT, MAX_PPO_UPDATE_TIMES
-from agl_lab.core.metric_names import (
+from agl_lab.core.keys import (
+    CAP_DROP_UNIT,
+    MAX_PPO_UPDATE_TIMES,
     N_SAMPLE_COLLECTED,
     N_SAMPLE_DROPPED_MARKED,
     N_SAMPLE_DROPPED_RANDOM,

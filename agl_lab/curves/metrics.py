@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from agl_lab.core.metric_names import (
+from agl_lab.core.keys import (
     ACTOR_ENTROPY,
     ACTOR_GRAD_NORM,
     ACTOR_LR,

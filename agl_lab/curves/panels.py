@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agl_lab.config.modes import LOSS_MODES
-from agl_lab.core.metric_names import (
+from agl_lab.core.keys import (
     CRITIC_SCORE_MEAN,
     LOSS_SCALE_PER_MINI_BATCH,
     N_ROLLOUTS,

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from agl_lab.core.metric_names import (
+from agl_lab.core.keys import (
     N_ROLLOUTS,
     N_SAMPLE,
     N_SAMPLE_DROPPED_RANDOM,

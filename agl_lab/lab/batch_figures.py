@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from agl_lab.core.metric_names import PARTIALLY_DROPPED_ROLLOUTS
+from agl_lab.core.keys import PARTIALLY_DROPPED_ROLLOUTS
 from agl_lab.lab.class_stats import fates_by_class
 
 __all__ = [

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agl_lab.core import metric_names
+from agl_lab.core import keys
 from agl_lab.core.rows import SCORE_DTYPE
 from agl_lab.lab.compact_rows import CompactRows
 from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_draws
@@ -113,22 +113,22 @@ def _metrics(knobs, draws, *, turn, segment, rows, truncated, keep) -> dict[str,
     """Agent Lightning's adapter metrics, as :func:`agl_lab.core.aggregation.aggregate` reports them."""
     lengths = draws.response_lens
     metrics: dict[str, Any] = {
-        metric_names.REWARD: float(np.mean(draws.rewards)) if len(draws.rewards) else 0.0,
-        metric_names.N_SAMPLE: rows,
-        metric_names.N_ROLLOUTS: len(draws.rewards),
-        metric_names.N_ROLLOUTS_W_TRACE: int((draws.n_calls > 0).sum()),
-        metric_names.N_ROLLOUTS_W_REWARD: len(draws.rewards),
-        metric_names.N_TRUNCATED_SAMPLE: int(truncated.sum()),
-        metric_names.N_SKIPPED_EMPTY_ROWS: int((~keep).sum()),
-        metric_names.N_TURNS: len(lengths),
+        keys.REWARD: float(np.mean(draws.rewards)) if len(draws.rewards) else 0.0,
+        keys.N_SAMPLE: rows,
+        keys.N_ROLLOUTS: len(draws.rewards),
+        keys.N_ROLLOUTS_W_TRACE: int((draws.n_calls > 0).sum()),
+        keys.N_ROLLOUTS_W_REWARD: len(draws.rewards),
+        keys.N_TRUNCATED_SAMPLE: int(truncated.sum()),
+        keys.N_SKIPPED_EMPTY_ROWS: int((~keep).sum()),
+        keys.N_TURNS: len(lengths),
         "response_length/training/avg_by_turn": float(np.mean(lengths)),
         "response_length/training/max_by_turn": int(np.max(lengths)),
         "response_length/training/min_by_turn": int(np.min(lengths)),
     }
     if knobs.level == "trajectory":
         rows_per_rollout = np.bincount(np.repeat(np.arange(len(draws.n_calls)), draws.n_calls)[_first(segment)])
-        metrics[metric_names.N_UNMERGED_ROLLOUTS] = int((rows_per_rollout > 1).sum())
-        metrics[metric_names.N_TRACE_MERGE_MISMATCH_ROWS] = int(((turn > 0) & draws.breaks).sum())
+        metrics[keys.N_UNMERGED_ROLLOUTS] = int((rows_per_rollout > 1).sum())
+        metrics[keys.N_TRACE_MERGE_MISMATCH_ROWS] = int(((turn > 0) & draws.breaks).sum())
     return metrics
 
 

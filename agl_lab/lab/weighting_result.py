@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from agl_lab.core.groups import RolloutGroups
-from agl_lab.core.metric_names import PARTIALLY_DROPPED_ROLLOUTS
+from agl_lab.core.keys import PARTIALLY_DROPPED_ROLLOUTS
 from agl_lab.core.weights import TokenLayout
 from agl_lab.lab.compact_rows import CompactRows
 

@@ -25,12 +25,6 @@ from agl_lab.core.keys import (
     MAX_PPO_UPDATE_TIMES,
     MAX_PROMPT_LENGTH,
     MAX_RESPONSE_LENGTH,
-    TRACE_LEVEL,
-    TRAJECTORY_MAX_PROMPT,
-    TRAJECTORY_MAX_RESPONSE,
-    TURN_COST,
-)
-from agl_lab.core.metric_names import (
     MEAN_TURNS,
     MULTI_ROW_MASS_SHARE,
     MULTI_ROW_OVERWEIGHT,
@@ -38,6 +32,10 @@ from agl_lab.core.metric_names import (
     N_SAMPLE_DROPPED_SAME_REWARD,
     PPO_UPDATES,
     RESPONSE_LENGTH_FAILED,
+    TRACE_LEVEL,
+    TRAJECTORY_MAX_PROMPT,
+    TRAJECTORY_MAX_RESPONSE,
+    TURN_COST,
 )
 from agl_lab.curves.summary import SUCCESS
 

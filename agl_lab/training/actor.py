@@ -35,8 +35,7 @@ from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_c
 from verl.workers.config import ActorConfig
 from verl.workers.config.optimizer import build_optimizer
 
-from agl_lab.core.keys import LR_SCHEDULER
-from agl_lab.core.metric_names import ACTOR_GRAD_NORM, ACTOR_LR, ACTOR_PG_LOSS
+from agl_lab.core.keys import ACTOR_GRAD_NORM, ACTOR_LR, ACTOR_PG_LOSS, LR_SCHEDULER
 from agl_lab.core.row_sums import trainable_tokens
 from agl_lab.core.row_weights import LOSS_WEIGHT, weighted_terms
 from agl_lab.training.policy import Policy, score

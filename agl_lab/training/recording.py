@@ -44,8 +44,9 @@ from omegaconf import DictConfig, OmegaConf
 from verl import DataProto
 
 from agl_lab.config.modes import LOSS_MODES, weighing_mode
-from agl_lab.core.keys import DIVISOR, THREE_SETTINGS
-from agl_lab.core.metric_names import (
+from agl_lab.core.keys import (
+    DIVISOR,
+    THREE_SETTINGS,
     TRAJECTORY_LOGICAL_SESSIONS,
     TRAJECTORY_SEGMENTS_PER_SESSION_MEAN,
     TRAJECTORY_STORED_ROWS,

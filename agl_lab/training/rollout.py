@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig
 
 from agl_lab.core.aggregation import LLMCall, Rollout
-from agl_lab.core.metric_names import CONTEXT_REWRITES, GENERATED_TOKENS, MEAN_TURNS, NO_GUESS_RATE, SUCCESS_RATE
+from agl_lab.core.keys import CONTEXT_REWRITES, GENERATED_TOKENS, MEAN_TURNS, NO_GUESS_RATE, SUCCESS_RATE
 from agl_lab.training.conversation import Conversation
 from agl_lab.training.policy import Policy, generate
 from agl_lab.training.tasks import LockTask

@@ -38,7 +38,7 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 from verl.trainer.ppo.core_algos import agg_loss, get_kl_controller
 
-from agl_lab.core import metric_names
+from agl_lab.core import keys
 from agl_lab.core.aggregation import aggregate, aggregation_limits
 from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, normalize_for_loss, plan_selection
 from agl_lab.core.turn_rewards import placement_for
@@ -137,7 +137,7 @@ def _train(
                     history.append({"step": step, **metrics})
                     timings.append({"step": step, **timing})
                 bar.update()
-                success, rows = metrics[metric_names.SUCCESS_RATE], metrics[metric_names.N_SAMPLE]
+                success, rows = metrics[keys.SUCCESS_RATE], metrics[keys.N_SAMPLE]
                 bar.set_postfix(success=success, rows=rows, refresh=False)
                 if on_step is not None:
                     on_step(history[-1])
@@ -172,7 +172,7 @@ def _train(
 def trained_any(history: list[dict[str, Any]]) -> bool:
     """Whether any step of ``history`` (metrics.jsonl's records) trained rows: a step with no rows left after the
     drops is skipped, and a run whose every step was skipped trained nothing."""
-    return any(record.get(metric_names.N_SAMPLE_TRAINED, 0) > 0 for record in history)
+    return any(record.get(keys.N_SAMPLE_TRAINED, 0) > 0 for record in history)
 
 
 class _Run:
@@ -231,7 +231,7 @@ class _Run:
             old_log_probs, entropy = self.backend.compute_log_probs(batch, temperature=temperature, with_entropy=True)
             batch.batch["old_log_probs"] = old_log_probs  # (rows, R)
             entropy_agg = agg_loss(entropy, batch.batch["response_mask"].bool(), self.actor.loss_agg_mode)
-            metrics[metric_names.ACTOR_ENTROPY] = entropy_agg.item()
+            metrics[keys.ACTOR_ENTROPY] = entropy_agg.item()
         if self.ref_policy is not None:
             with _timed(timing, "ref"):
                 batch.batch["ref_log_prob"], _ = compute_log_probs(
@@ -242,14 +242,14 @@ class _Run:
             batch, adv_metrics = compute_advantages(batch, cfg, kl_ctrl=self.kl_ctrl, normalize=False)
             adv_metrics.update(step_diagnostics(batch, cfg, layout=(layout := token_layout(batch, cfg))))  # PR #7580's
             normalize_for_loss(batch, cfg)
-            adv_metrics[metric_names.LOSS_SCALE] = loss_scale(batch, cfg, layout=layout)
+            adv_metrics[keys.LOSS_SCALE] = loss_scale(batch, cfg, layout=layout)
             adv_metrics.update(multi_row_mass(batch, cfg, layout=layout))  # multi-row rollouts' share of the mass
             # the same on one update's scale: token-mean gives each mini-batch 1, per_rollout_mean shares its total
             updates = -(-len(batch) // self.mini_batch_rows)  # ceil: whole-rollout drops may leave the last short
-            adv_metrics[metric_names.LOSS_SCALE_PER_MINI_BATCH] = adv_metrics[metric_names.LOSS_SCALE] / updates
+            adv_metrics[keys.LOSS_SCALE_PER_MINI_BATCH] = adv_metrics[keys.LOSS_SCALE] / updates
         with _timed(timing, "update_actor"):
             actor_metrics = self.backend.update(batch, temperature=temperature, step=step)
-        actor_metrics[metric_names.PPO_UPDATES] = -(-len(batch) // self.mini_batch_rows) * int(self.actor.ppo_epochs)
+        actor_metrics[keys.PPO_UPDATES] = -(-len(batch) // self.mini_batch_rows) * int(self.actor.ppo_epochs)
         return {**metrics, **adv_metrics, **actor_metrics}, int(batch.batch["attention_mask"].sum())
 
     def _seed(self, stream: int, step: int) -> int:

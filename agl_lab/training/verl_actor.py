@@ -56,8 +56,7 @@ from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_pad
 
 from agl_lab.config.checks import verl_actor_problem
 from agl_lab.config.compose import ConfigError
-from agl_lab.core.keys import ACTOR_BACKEND, LOG_PROB_MICRO, USE_KL_LOSS
-from agl_lab.core.metric_names import ACTOR_LR
+from agl_lab.core.keys import ACTOR_BACKEND, ACTOR_LR, LOG_PROB_MICRO, USE_KL_LOSS
 from agl_lab.core.pipeline import mini_batch_rows
 from agl_lab.training.policy import Policy
 from agl_lab.training.world_of_one import worker_start, world_of_one

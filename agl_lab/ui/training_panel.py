@@ -27,8 +27,18 @@ from agl_lab.config.modes import trainable_modes
 from agl_lab.config.settings import DEMO_SETTINGS
 from agl_lab.config.task_rows import fitting_limits
 from agl_lab.config.tree import leaves
-from agl_lab.core.keys import MAX_TURNS, REWRITE_PROB, SEED, STEPS, TASK_SIZE, TRACE_LEVEL
-from agl_lab.core.metric_names import N_ROLLOUTS, N_SAMPLE, N_SAMPLE_TRAINED, SUCCESS_RATE
+from agl_lab.core.keys import (
+    MAX_TURNS,
+    N_ROLLOUTS,
+    N_SAMPLE,
+    N_SAMPLE_TRAINED,
+    REWRITE_PROB,
+    SEED,
+    STEPS,
+    SUCCESS_RATE,
+    TASK_SIZE,
+    TRACE_LEVEL,
+)
 from agl_lab.curves.history import long_form
 from agl_lab.ui.controls import WIDE, control_overrides, settings_controls
 from agl_lab.ui.curve_view import CurveView
