@@ -100,6 +100,7 @@ bench: $(BIN)/.oracle
 	$(BIN)/python benchmarks/bench_trainer.py
 	$(BIN)/python benchmarks/bench_actor.py
 	$(BIN)/python benchmarks/bench_cli.py
+	$(BIN)/python benchmarks/bench_imports.py
 	$(BIN)/python benchmarks/bench_weighting_cli.py
 	$(BIN)/python benchmarks/bench_run_diagnostics.py
 
