@@ -192,22 +192,24 @@ def only_if(condition: bool):
 AGL_LAB = str(Path(sys.executable).parent / "agl-lab")
 
 
+# Under ``nohup`` a child inherits the ignored SIGHUP, and agl-lab keeps ignoring it (as ``nohup`` asks): the child
+# first puts SIGHUP back to its default, then becomes agl-lab (exec keeps a default handler; same pid). Not a
+# ``preexec_fn``, which is unsafe beside the threads a test process holds.
+HANGUP_DEFAULT = (
+    "import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
 def start_agl_lab(args, *, cwd, env=None):
-    """``agl-lab args`` as a terminal starts it: SIGHUP at its default even when the tests run under ``nohup``, whose
-    ignored SIGHUP a child inherits and agl-lab then keeps ignoring (as ``nohup`` asks)."""
+    """``agl-lab args`` as a terminal starts it: SIGHUP at its default, even when the tests run under ``nohup``."""
     import signal
     import subprocess
 
     env = {**os.environ, "WANDB_SILENT": "true", "HOME": str(cwd), **(env or {})}
-    return subprocess.Popen(
-        [AGL_LAB, *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=cwd,
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
-    )
+    command = [AGL_LAB, *map(str, args)]
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        command = [sys.executable, "-c", HANGUP_DEFAULT, *command]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
 
 
 def wait_until(check, proc, *, timeout=300, what="the condition"):
