@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
+from hypothesis import HealthCheck, settings
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 from verl import DataProto
@@ -35,6 +36,11 @@ from verl.trainer.ppo import core_algos
 # Random batches per differential test: 2,000. CI's second, smaller job (`make test-core VERL=0.8.0`) sets
 # AGL_LAB_ORACLE_EXAMPLES=500 to fit its time; `make test` at either verl runs the 2,000.
 N_EXAMPLES = int(os.environ.get("AGL_LAB_ORACLE_EXAMPLES", "2000"))
+# Derandomized: the same examples every run. Drawn anew each run, the check that every estimator had an agreeing
+# example failed about one run in three at 500; an upgrade of Hypothesis changes the examples, and shows at once.
+ORACLE_SETTINGS = settings(
+    max_examples=N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
+)
 REGISTERED = ("per_rollout_mean", "cispo_per_rollout_mean")
 MODULES = {
     "loss": "agentlightning.verl.per_rollout_loss",

@@ -20,6 +20,7 @@ import torch
 from agl_oracle import (
     MASK_DTYPES,
     N_EXAMPLES,
+    ORACLE_SETTINGS,
     OUTCOME_ESTIMATORS,
     TOKEN_LEVEL_ESTIMATORS,
     agl,
@@ -32,13 +33,12 @@ from agl_oracle import (
     outcome,
     snapshot,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from agl_lab import compose_config, compute_rollout_level_advantage
 
-SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 GDPO_KEYS = ("fmt", "acc")
 RESULTS: collections.Counter = collections.Counter()  # (estimator, "ok" or the error's first words) -> examples
 
@@ -143,7 +143,7 @@ def build(spec):
     return batch
 
 
-@SETTINGS
+@ORACLE_SETTINGS
 @given(case=rollout_batches())
 def _rollout_level_cases(case):
     spec, kwargs = case

@@ -26,6 +26,7 @@ import pytest
 import torch
 from agl_oracle import (
     N_EXAMPLES,
+    ORACLE_SETTINGS,
     agl,
     assert_same_batch,
     assert_same_error,
@@ -34,7 +35,7 @@ from agl_oracle import (
     examples,
     outcome,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 from verl import DataProto
@@ -42,7 +43,6 @@ from verl.trainer.ppo.ray_trainer import compute_response_mask
 
 from agl_lab.core.aggregation import LLMCall, Rollout, aggregate, aggregation_limits
 
-SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 PATHS: collections.Counter = collections.Counter()
 
 
@@ -227,7 +227,7 @@ def _compare(ours, theirs):
     assert_same_metrics(our_metrics, their_metrics)
 
 
-@SETTINGS
+@ORACLE_SETTINGS
 @given(step=steps())
 def _aggregation_cases(step):
     rollouts, via_trainer, how = step

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from agl_oracle import N_EXAMPLES, agl, assert_same_error, assert_same_tensor, count, examples, outcome
-from hypothesis import HealthCheck, given, settings
+from agl_oracle import N_EXAMPLES, ORACLE_SETTINGS, agl, assert_same_error, assert_same_tensor, count, examples, outcome
+from hypothesis import given
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigAttributeError
@@ -31,7 +31,6 @@ from agl_lab import (
     normalize_advantages_by_rollout,
 )
 
-SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 ADV_DTYPES = (torch.float32, torch.bfloat16, torch.float64, torch.float16)
 MASK_DTYPES = (torch.long, torch.bool, torch.int32, torch.float32, torch.bfloat16)
 ID_KINDS = ("list", "tuple", "str_array", "object_array", "int_array", "series", "int_series", "tuple_ids")
@@ -80,7 +79,7 @@ def normalization_inputs(draw):
     return advantages, mask, ids, num_trained_rows
 
 
-@SETTINGS
+@ORACLE_SETTINGS
 @given(inputs=normalization_inputs())
 def _normalization_cases(inputs):
     advantages, mask, ids, num_trained_rows = inputs
@@ -193,14 +192,14 @@ def _loss_case(agl_fn, lab_fn, inputs):
     assert_same_tensor(ours[2], theirs[2], "d loss / d log_prob")
 
 
-@SETTINGS
+@ORACLE_SETTINGS
 @given(inputs=loss_inputs())
 def _per_rollout_mean_cases(inputs):
     _loss_case(agl().loss.compute_policy_loss_per_rollout_mean, compute_policy_loss_per_rollout_mean, inputs)
     count()
 
 
-@SETTINGS
+@ORACLE_SETTINGS
 @given(inputs=loss_inputs())
 def _cispo_cases(inputs):
     _loss_case(

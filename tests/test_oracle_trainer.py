@@ -24,6 +24,7 @@ import torch
 from agl_oracle import (
     MASK_DTYPES,
     N_EXAMPLES,
+    ORACLE_SETTINGS,
     agl,
     agl_train_step,
     assert_same_batch,
@@ -36,7 +37,7 @@ from agl_oracle import (
     outcome,
     snapshot,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
@@ -44,7 +45,6 @@ from agl_lab import EmptyBatchWarning, compose_config, prepare_batch
 from agl_lab.core.pipeline import compute_advantages, plan_selection, select_rows
 from agl_lab.core.update_cap import same_reward_rows
 
-SETTINGS = settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "reinforce_plus_plus")
 ESTIMATORS += ("reinforce_plus_plus_baseline", "opo", "gpg")
 LOSS_MODES = ("per_rollout_mean", "cispo_per_rollout_mean", "vanilla")
@@ -154,7 +154,7 @@ def lab_steps_3_to_5(batch, cfg):
     return compute_advantages(with_old_log_probs(batch), cfg)
 
 
-@SETTINGS
+@ORACLE_SETTINGS
 @given(case=train_steps())
 def _train_step_cases(case):
     spec, cfg_key, seed = case
@@ -252,7 +252,7 @@ def groups_with_rewards(draw):
     return rows
 
 
-@SETTINGS
+@ORACLE_SETTINGS
 @given(rows=groups_with_rewards())
 def _same_reward_cases(rows):
     theirs = agl().trainer._same_reward_uid_indices(rows)

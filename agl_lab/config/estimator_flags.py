@@ -73,9 +73,10 @@ def _probe(estimator: str, flag: bool) -> torch.Tensor:
         tensors={"token_level_rewards": rewards, "response_mask": torch.ones(rows, 2)},
         non_tensors={"uid": np.array(["a", "a", "b", "b"], dtype=object)},
     )
-    algorithm = OmegaConf.create()  # the config's algorithm section as the trainers pass it, through core/keys
+    cfg = OmegaConf.create()  # the config's algorithm section as the trainers pass it, named through core/keys
     for key, value in ((ESTIMATOR, estimator), (NORM_ADV_BY_STD, flag), (GAMMA, 1.0), (LAM, 1.0)):
-        OmegaConf.update(algorithm, key.removeprefix(f"{ALGORITHM}."), value)
+        OmegaConf.update(cfg, key, value)
+    algorithm = OmegaConf.select(cfg, ALGORITHM)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out = compute_advantage(
