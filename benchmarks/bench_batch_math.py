@@ -43,10 +43,11 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 
 import agl_lab
 from agl_lab import compose_config
-from agl_lab.core.pipeline import advantage_kwargs, compute_advantages, normalize_for_loss, select_rows
+from agl_lab.core.loss import normalize_for_loss
+from agl_lab.core.pipeline import advantage_kwargs, compute_advantages, select_rows
 from agl_lab.core.update_cap import partially_dropped
 from agl_lab.lab.diagnostics import step_diagnostics
-from agl_lab.lab.loss_scale import loss_scale, token_layout
+from agl_lab.lab.loss_scale import loss_scale_metrics, token_layout
 from agl_lab.lab.rollout_mass import multi_row_mass
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -119,7 +120,7 @@ def lab_step(rows: DataProto, cfg) -> dict[str, float]:
     clock.append(time.perf_counter())
     layout = token_layout(batch, cfg)
     adv_metrics.update(step_diagnostics(batch, cfg, layout=layout))
-    adv_metrics["lab/loss_scale"] = loss_scale(batch, cfg, layout=layout)
+    adv_metrics.update(loss_scale_metrics(batch, cfg, layout=layout))
     adv_metrics.update(multi_row_mass(batch, cfg, layout=layout))
     clock.append(time.perf_counter())
     normalize_for_loss(batch, cfg)

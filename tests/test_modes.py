@@ -14,9 +14,9 @@ from agl_lab.config.modes import (
     mode_settings,
     mode_table,
     trainable_modes,
-    weighing_mode,
 )
 from agl_lab.config.verl_features import forced_aggregation
+from agl_lab.lab.loss_scale import weighing_mode
 
 
 @pytest.mark.parametrize("mode", list(LOSS_MODES))

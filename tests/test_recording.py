@@ -8,7 +8,7 @@ import torch
 from agl_oracle import agl_config, make_rows
 from omegaconf import OmegaConf
 
-from agl_lab.config.modes import weighing_mode
+from agl_lab.lab.loss_scale import weighing_mode
 from agl_lab.training.recording import ROW, SCHEMA, diagnostics_config, step_rows, write_step
 
 

@@ -13,7 +13,7 @@ from verl.trainer.ppo import core_algos
 from verl.utils.config import omega_conf_to_dataclass
 
 from agl_lab import compose_config, diagnose
-from agl_lab.config.modes import LOSS_MODES, mode_settings, mode_table, trainable_modes, weighing_mode
+from agl_lab.config.modes import LOSS_MODES, mode_settings, mode_table, trainable_modes
 from agl_lab.config.verl_features import (
     AGENT_LIGHTNING_VERL,
     DEFAULT_VERL,
@@ -24,6 +24,7 @@ from agl_lab.config.verl_features import (
     verl_notes,
     verl_problems,
 )
+from agl_lab.lab.loss_scale import weighing_mode
 
 ROOT = Path(__file__).resolve().parents[1]
 MICRO = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"]  # verl's ActorConfig wants one

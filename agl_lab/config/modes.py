@@ -22,14 +22,14 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from agl_lab.config.verl_features import VerlFeature, feature_for, forced_aggregation
+from agl_lab.config.verl_features import VerlFeature, feature_for
 from agl_lab.core import weights
 from agl_lab.core.keys import DIVISOR, LOSS_AGG_MODE, LOSS_MODE
 from agl_lab.core.loss import CISPO_PER_ROLLOUT_MEAN_LOSS_MODE, PER_ROLLOUT_MEAN_LOSS_MODE
 
 __all__ = [
     "AGG_LOSS_POLICY_LOSSES", "DEPENDENCIES", "LOSS_MODES", "SPLITS", "LossMode", "known_as", "mode_from_config",
-    "mode_settings", "mode_table", "trainable_modes", "unknown_mode_hint", "weighing_mode",
+    "mode_settings", "mode_table", "trainable_modes", "unknown_mode_hint",
 ]  # fmt: skip
 
 _VERL_CODE = "https://github.com/volcengine/verl/blob/v0.9.1/verl/trainer/ppo/core_algos.py"
@@ -58,7 +58,8 @@ DEPENDENCIES = ("batch composition", "micro-batch size", "dp size")
 # weigh like that mode (clip_cov also zeroes max(1, ⌊clip_cov_ratio·N_μ⌋) random tokens per micro-batch;
 # bypass_mode multiplies by its rejection mask; every one by rollout_is_weights when the trainer passes them).
 # sapo and geo_mean aggregate their own way and have catalogue entries; per_rollout_mean is Agent Lightning's. (verl
-# 0.8.0's gspo forces seq-mean-token-mean; dro is verl 0.9's: agl_lab.config.verl_features.)
+# 0.8.0's gspo forces seq-mean-token-mean; dro is verl 0.9's: agl_lab.config.verl_features.) A config's loss weighs
+# like its catalogue mode: agl_lab.lab.loss_scale.weighing_mode.
 AGG_LOSS_POLICY_LOSSES = (
     "vanilla",
     "dppo_tv",
@@ -223,21 +224,6 @@ def mode_from_config(cfg: DictConfig) -> str | None:
             OmegaConf.select(cfg, key, default=None) == value for key, value in entry.settings.items()
         ):
             return name
-    return None
-
-
-def weighing_mode(cfg: DictConfig) -> str | None:
-    """The catalogue mode whose weights the config's policy loss has at ratio 1, or None for a loss verl's
-    registry lacks. A catalogue entry's own loss gives that entry; a registry loss that aggregates through
-    ``agg_loss`` (``gspo``, ``cispo``, …: :data:`AGG_LOSS_POLICY_LOSSES`) weighs like its ``loss_agg_mode`` (verl
-    0.8.0's ``gspo`` like ``seq-mean-token-mean``, whatever that says: :func:`forced_aggregation`)."""
-    own = mode_from_config(cfg)
-    if own is not None:
-        return own
-    loss_mode = OmegaConf.select(cfg, LOSS_MODE, default=None)
-    agg_mode = OmegaConf.select(cfg, LOSS_AGG_MODE, default=None)
-    if loss_mode in AGG_LOSS_POLICY_LOSSES and agg_mode in LOSS_MODES:
-        return forced_aggregation(loss_mode) or str(agg_mode)
     return None
 
 

@@ -15,8 +15,12 @@ Two halves, as in Agent Lightning (v1.0, and 1.0.2's CISPO variant):
    the per-token term ``−sg(clip(ratio, 1 − ε_low, 1 + ε_high))·A·log π`` keeps every token's gradient
    (scaled by the detached, clipped ratio) instead of zeroing clipped ones; no dual clip. Both are
    registered in verl's policy-loss registry (``per_rollout_mean``, ``cispo_per_rollout_mean``) on
-   ``import agl_lab``; Ray workers get them through :func:`ray_runtime_env`. The trainer normalizes the
-   advantages for both modes (:data:`PER_ROLLOUT_LOSS_MODES`).
+   ``import agl_lab``; Ray workers get them through :func:`ray_runtime_env`.
+
+:func:`normalize_for_loss` is the trainer's step 5, where ``actor_rollout_ref.actor.policy_loss.loss_mode`` acts on
+the batch: half 1 for both per-rollout modes (:data:`PER_ROLLOUT_LOSS_MODES`), verl PR #7580's per-row weights for its
+proposals (:mod:`agl_lab.core.row_weights`), nothing for verl's own losses. What the step's loss then weighs is
+``lab/loss_scale`` (:mod:`agl_lab.lab.loss_scale`).
 
 Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
 """
@@ -29,12 +33,20 @@ import warnings
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from omegaconf import DictConfig, OmegaConf
 
 from agl_lab.core.groups import group_rows
-from agl_lab.core.keys import ACTOR_PG_CLIPFRAC, ACTOR_PG_CLIPFRAC_LOWER, ACTOR_PPO_KL
+from agl_lab.core.keys import ACTOR_PG_CLIPFRAC, ACTOR_PG_CLIPFRAC_LOWER, ACTOR_PPO_KL, DIVISOR, LOSS_MODE
+from agl_lab.core.row_weights import (
+    LOSS_WEIGHT,
+    ROW_WEIGHTED_LOSS_MODES,
+    compute_policy_loss_row_weighted,
+    weighted_advantages,
+)
 
 if TYPE_CHECKING:
     import torch
+    from verl import DataProto
 
 __all__ = [
     "CISPO_PER_ROLLOUT_MEAN_LOSS_MODE",
@@ -44,6 +56,7 @@ __all__ = [
     "compute_policy_loss_cispo_per_rollout_mean",
     "compute_policy_loss_per_rollout_mean",
     "normalize_advantages_by_rollout",
+    "normalize_for_loss",
     "ray_runtime_env",
     "register_in_worker",
 ]
@@ -101,6 +114,27 @@ def normalize_advantages_by_rollout(
     count = num_trained_rows if divisor == "rows" else rollouts.n_groups
     row_divisors = (rollout_tokens[codes] * count).to(advantages.dtype).clamp_min(1.0)  # (rows,)
     return advantages / row_divisors.unsqueeze(-1)
+
+
+def normalize_for_loss(batch: DataProto, cfg: DictConfig) -> DataProto:
+    """Step 5 in place: the advantages as the configured loss reads them (unchanged for verl's own losses)."""
+    loss_mode = OmegaConf.select(cfg, LOSS_MODE, default="vanilla")
+    rollout_ids = batch.non_tensor_batch.get("rollout_id_list")
+    if loss_mode in PER_ROLLOUT_LOSS_MODES:
+        if rollout_ids is None:
+            raise RuntimeError("per_rollout_mean loss requires rollout_id_list")
+        batch.batch["advantages"] = normalize_advantages_by_rollout(
+            batch.batch["advantages"],
+            batch.batch["response_mask"],
+            rollout_ids,
+            num_trained_rows=len(batch),
+            divisor=OmegaConf.select(cfg, DIVISOR),
+        )
+    elif loss_mode in ROW_WEIGHTED_LOSS_MODES:
+        batch.batch["advantages"], batch.batch[LOSS_WEIGHT] = weighted_advantages(
+            batch.batch["advantages"], batch.batch["response_mask"], rollout_ids, mode=loss_mode
+        )
+    return batch
 
 
 def compute_policy_loss_per_rollout_mean(
@@ -192,7 +226,6 @@ def compute_policy_loss_cispo_per_rollout_mean(
 def _losses() -> dict[str, Any]:
     """name -> function: what import agl_lab (and every Ray worker) registers in verl's policy-loss registry; verl PR
     #7580's proposals (agl_lab.core.row_weights) are verl's vanilla loss on advantages the trainer weighted per row."""
-    from agl_lab.core.row_weights import ROW_WEIGHTED_LOSS_MODES, compute_policy_loss_row_weighted
 
     return {
         PER_ROLLOUT_MEAN_LOSS_MODE: compute_policy_loss_per_rollout_mean,

@@ -12,9 +12,9 @@
    the actor's entropy and KL terms (:mod:`agl_lab.core.row_weights`)
 
 :func:`select_rows` is steps 1–2 (:func:`plan_selection` with reasons; from :mod:`agl_lab.core.selection`),
-:func:`rewards_and_advantages` steps 3–4, :func:`compute_advantages` 3–5 (:func:`normalize_for_loss` 5 alone),
-:func:`prepare_batch` all: the one implementation the trainer, the weighting lab, the diagnostics, the panels and
-``agl-lab check`` share.
+:func:`rewards_and_advantages` steps 3–4, :func:`compute_advantages` 3–5 (step 5 alone is
+:func:`agl_lab.core.loss.normalize_for_loss`, where the loss mode acts), :func:`prepare_batch` all: the one
+implementation the trainer, the weighting lab, the diagnostics, the panels and ``agl-lab check`` share.
 """
 
 from __future__ import annotations
@@ -34,13 +34,11 @@ from agl_lab.core.groups import group_rows
 from agl_lab.core.keys import (
     ALGORITHM,
     CRITIC_N_TRANSITION_AFTER_DROPPING,
-    DIVISOR,
     ESTIMATOR,
     GAMMA,
     KL_CTRL,
     KL_PENALTY,
     LAM,
-    LOSS_MODE,
     N_GROUPS,
     N_ZERO_ADV_GROUPS,
     NORM_ADV_BY_STD,
@@ -48,8 +46,7 @@ from agl_lab.core.keys import (
     ROLLOUT_N,
     USE_KL_IN_REWARD,
 )
-from agl_lab.core.loss import PER_ROLLOUT_LOSS_MODES, normalize_advantages_by_rollout
-from agl_lab.core.row_weights import LOSS_WEIGHT, ROW_WEIGHTED_LOSS_MODES, weighted_advantages
+from agl_lab.core.loss import normalize_for_loss
 from agl_lab.core.rows import require_finite_rows
 from agl_lab.core.selection import FATES, Selection, mini_batch_rows, plan_selection, select_rows
 from agl_lab.core.turn_advantage import compute_turn_level_advantage, rollout_level_problem
@@ -63,7 +60,6 @@ __all__ = [
     "estimate_advantages",
     "rewards_and_advantages",
     "mini_batch_rows",
-    "normalize_for_loss",
     "plan_selection",
     "prepare_batch",
     "select_rows",
@@ -75,7 +71,7 @@ def compute_advantages(
 ) -> tuple[DataProto, dict[str, Any]]:
     """Steps 3–5 on the rows that survived :func:`select_rows` (:func:`rewards_and_advantages`, then the step's
     metrics). ``normalize=False`` stops before step 5 (the trainer reads the advantages as estimated first, then
-    calls :func:`normalize_for_loss`)."""
+    calls :func:`agl_lab.core.loss.normalize_for_loss`)."""
     batch, metrics = rewards_and_advantages(batch, cfg, kl_ctrl=kl_ctrl)
     metrics.update(_group_metrics(batch))
     metrics[CRITIC_N_TRANSITION_AFTER_DROPPING] = len(batch)
@@ -114,27 +110,6 @@ def rewards_and_advantages(
     batch, estimator_metrics = estimate_advantages(batch, cfg, rollout_level=rollout_level)
     metrics.update(estimator_metrics)
     return batch, metrics
-
-
-def normalize_for_loss(batch: DataProto, cfg: DictConfig) -> DataProto:
-    """Step 5 in place: the advantages as the configured loss reads them (unchanged for verl's own losses)."""
-    loss_mode = OmegaConf.select(cfg, LOSS_MODE, default="vanilla")
-    rollout_ids = batch.non_tensor_batch.get("rollout_id_list")
-    if loss_mode in PER_ROLLOUT_LOSS_MODES:
-        if rollout_ids is None:
-            raise RuntimeError("per_rollout_mean loss requires rollout_id_list")
-        batch.batch["advantages"] = normalize_advantages_by_rollout(
-            batch.batch["advantages"],
-            batch.batch["response_mask"],
-            rollout_ids,
-            num_trained_rows=len(batch),
-            divisor=OmegaConf.select(cfg, DIVISOR),
-        )
-    elif loss_mode in ROW_WEIGHTED_LOSS_MODES:
-        batch.batch["advantages"], batch.batch[LOSS_WEIGHT] = weighted_advantages(
-            batch.batch["advantages"], batch.batch["response_mask"], rollout_ids, mode=loss_mode
-        )
-    return batch
 
 
 def estimate_advantages(batch: DataProto, cfg: DictConfig, *, rollout_level: bool) -> tuple[DataProto, dict[str, Any]]:

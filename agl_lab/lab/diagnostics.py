@@ -19,14 +19,14 @@ from omegaconf import DictConfig
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_response_mask
 
-from agl_lab.config.modes import LOSS_MODES, weighing_mode
+from agl_lab.config.modes import LOSS_MODES
 from agl_lab.core.pipeline import compute_advantages
 from agl_lab.core.row_sums import row_blocks
 from agl_lab.core.rows import require_fields
 from agl_lab.core.turns import last_turn_values
 from agl_lab.core.update_cap import drop_marked_rows
 from agl_lab.core.weights import TokenLayout
-from agl_lab.lab.loss_scale import token_layout
+from agl_lab.lab.loss_scale import token_layout, weighing_mode
 from agl_lab.lab.row_diagnostics import COLUMNS, INFLUENCE_COLUMNS, PREFIX, RowView, check_modes
 
 __all__ = [

@@ -21,10 +21,10 @@ import numpy as np
 from omegaconf import DictConfig
 from verl import DataProto
 
-from agl_lab.config.modes import LOSS_MODES, weighing_mode
+from agl_lab.config.modes import LOSS_MODES
 from agl_lab.core.keys import MULTI_ROW_MASS_SHARE, MULTI_ROW_OVERWEIGHT, MULTI_ROW_ROLLOUT_SHARE
 from agl_lab.core.weights import TokenLayout
-from agl_lab.lab.loss_scale import token_layout
+from agl_lab.lab.loss_scale import token_layout, weighing_mode
 
 __all__ = ["multi_row_mass"]
 

@@ -30,8 +30,8 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from agl_lab.config.diagnostics_settings import DiagnosticsSettings, base_settings
-from agl_lab.config.modes import weighing_mode
 from agl_lab.files.run_readers import iter_run_steps
+from agl_lab.lab.loss_scale import weighing_mode
 from agl_lab.lab.row_diagnostics import INFLUENCE_COLUMNS, MODE_COLUMNS, PREFIX, check_modes
 from agl_lab.lab.run_diagnostics import STEP_COLUMNS, RunDiagnostics, diagnose_steps
 

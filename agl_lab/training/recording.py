@@ -43,7 +43,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from verl import DataProto
 
-from agl_lab.config.modes import LOSS_MODES, weighing_mode
+from agl_lab.config.modes import LOSS_MODES
 from agl_lab.core.keys import (
     DIVISOR,
     THREE_SETTINGS,
@@ -53,7 +53,7 @@ from agl_lab.core.keys import (
 )
 from agl_lab.files.atomic_files import write_whole, written_whole
 from agl_lab.lab.diagnostics import step_diagnostics
-from agl_lab.lab.loss_scale import token_layout
+from agl_lab.lab.loss_scale import token_layout, weighing_mode
 
 __all__ = [
     "FORMAT",

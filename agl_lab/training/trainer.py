@@ -40,10 +40,11 @@ from verl.trainer.ppo.core_algos import agg_loss, get_kl_controller
 
 from agl_lab.core import keys
 from agl_lab.core.aggregation import aggregate, aggregation_limits
-from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, normalize_for_loss, plan_selection
+from agl_lab.core.loss import normalize_for_loss
+from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, plan_selection
 from agl_lab.core.turn_rewards import placement_for
 from agl_lab.lab.diagnostics import step_diagnostics
-from agl_lab.lab.loss_scale import loss_scale, token_layout
+from agl_lab.lab.loss_scale import loss_scale_metrics, token_layout
 from agl_lab.lab.rollout_mass import multi_row_mass
 from agl_lab.training.actor import LabActor, compute_log_probs
 from agl_lab.training.policy import build_policy
@@ -242,11 +243,8 @@ class _Run:
             batch, adv_metrics = compute_advantages(batch, cfg, kl_ctrl=self.kl_ctrl, normalize=False)
             adv_metrics.update(step_diagnostics(batch, cfg, layout=(layout := token_layout(batch, cfg))))  # PR #7580's
             normalize_for_loss(batch, cfg)
-            adv_metrics[keys.LOSS_SCALE] = loss_scale(batch, cfg, layout=layout)
+            adv_metrics.update(loss_scale_metrics(batch, cfg, layout=layout))
             adv_metrics.update(multi_row_mass(batch, cfg, layout=layout))  # multi-row rollouts' share of the mass
-            # the same on one update's scale: token-mean gives each mini-batch 1, per_rollout_mean shares its total
-            updates = -(-len(batch) // self.mini_batch_rows)  # ceil: whole-rollout drops may leave the last short
-            adv_metrics[keys.LOSS_SCALE_PER_MINI_BATCH] = adv_metrics[keys.LOSS_SCALE] / updates
         with _timed(timing, "update_actor"):
             actor_metrics = self.backend.update(batch, temperature=temperature, step=step)
         actor_metrics[keys.PPO_UPDATES] = -(-len(batch) // self.mini_batch_rows) * int(self.actor.ppo_epochs)
