@@ -70,7 +70,7 @@ def changes(panel: WeightingPanel) -> dict[str, tuple]:
         "loss mode": ("mode", ("trl:bnpo", "per_rollout_mean:rows")),
         "rollout-level advantage (first time)": ("rollout_level", (False, True)),
         "rollout-level advantage (cached)": ("rollout_level", (False, True)),
-        "max_ppo_update_times none -> 2": ("cap", (2, "none")),
+        "max_ppo_update_times none -> 2": ("max_ppo_update_times", (2, "none")),
         "ppo_mini_batch_size": ("ppo_mini_batch_size", (mini - 1, mini)),
         "ppo_micro_batch_size_per_gpu": ("micro", (8, 0)),
         "dp ranks": ("dp_size", (2, 1)),

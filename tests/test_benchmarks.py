@@ -1,0 +1,36 @@
+"""The benchmarks that drive the package's own objects still drive them: a control renamed in the package fails here,
+not months later in ``make bench``. Each runs its real measuring loop at a tiny size (no timing is checked)."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import comm
+import pytest
+
+from agl_lab.lab.synthetic import SyntheticKnobs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+
+@pytest.fixture
+def bench_weighting(monkeypatch):
+    """benchmarks/bench_weighting.py, its comm stand-in undone after the test (importing it replaces create_comm)."""
+    monkeypatch.setattr(comm, "create_comm", comm.create_comm)
+    import bench_weighting
+
+    return bench_weighting
+
+
+def test_the_weighting_benchmark_changes_every_control_it_names(bench_weighting):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        panel = bench_weighting.panel_for("grpo_vectorized", SyntheticKnobs(n_prompts=8, rollouts_per_prompt=4))
+    plan = bench_weighting.changes(panel)
+    assert set(control for control, _ in plan.values()) <= set(panel.controls), sorted(panel.controls)
+    for name, (control, values) in plan.items():
+        assert bench_weighting.measure(panel, name, control, values, repeats=1) >= 0
+        assert panel.controls[control].value == values[1], name  # each change alternates and ends where it began
+    assert bench_weighting.measure_click(panel, repeats=1) >= 0
