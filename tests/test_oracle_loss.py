@@ -10,6 +10,7 @@ The differences agl_lab keeps on purpose (docs/differences.md) are pinned by the
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 
 import numpy as np
@@ -103,17 +104,40 @@ def test_normalization_equals_agent_lightnings_on_random_batches():
     examples(_normalization_cases, N_EXAMPLES)
 
 
+@functools.cache
+def _verl_actor_config():
+    """verl's own ActorConfig dataclass, as verl's workers build it from agl_lab's composed config (a tenth of a
+    second: built once)."""
+    dotlist = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"]
+    return omega_conf_to_dataclass(compose_config(dotlist=dotlist).actor_rollout_ref.actor)
+
+
 @functools.lru_cache
 def _actor_config(clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c):
-    """verl's own ActorConfig dataclass, as verl's workers build it (cached: building one takes milliseconds)."""
-    dotlist = [
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-        f"actor_rollout_ref.actor.clip_ratio={clip_ratio}",
-    ]
-    for key, value in (("clip_ratio_low", clip_ratio_low), ("clip_ratio_high", clip_ratio_high)):
-        dotlist.append(f"actor_rollout_ref.actor.{key}={'null' if value is None else value}")
-    dotlist.append(f"actor_rollout_ref.actor.clip_ratio_c={clip_ratio_c}")
-    return omega_conf_to_dataclass(compose_config(dotlist=dotlist).actor_rollout_ref.actor)
+    """That ActorConfig with these clip ratios, through the dataclass's own constructor (its checks run again): equal
+    field for field to composing them in and converting, for every value drawn below."""
+    return dataclasses.replace(
+        _verl_actor_config(),
+        clip_ratio=clip_ratio,
+        clip_ratio_low=clip_ratio_low,
+        clip_ratio_high=clip_ratio_high,
+        clip_ratio_c=clip_ratio_c,
+    )
+
+
+@pytest.mark.parametrize(
+    "ratios", [(0.2, None, None, 3.0), (0.1, 0.3, 0.5, 1.0), (0.28, 0.1, None, 0.5), (0.2, None, 0.28, 10.0)]
+)
+def test_the_drawn_actor_configs_equal_verls_built_from_a_composed_config(ratios):
+    clip_ratio, low, high, clip_c = ratios
+    dotlist = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"]
+    dotlist += [f"actor_rollout_ref.actor.clip_ratio={clip_ratio}"]
+    dotlist += [f"actor_rollout_ref.actor.clip_ratio_low={'null' if low is None else low}"]
+    dotlist += [f"actor_rollout_ref.actor.clip_ratio_high={'null' if high is None else high}"]
+    dotlist += [f"actor_rollout_ref.actor.clip_ratio_c={clip_c}"]
+    built = omega_conf_to_dataclass(compose_config(dotlist=dotlist).actor_rollout_ref.actor)
+    drawn = _actor_config(*ratios)
+    assert type(drawn) is type(built) and drawn == built and repr(drawn) == repr(built)
 
 
 @st.composite
