@@ -84,8 +84,9 @@ readme: $(BIN)/.installed
 	fi
 
 # On every core, up to 4 (pytest-xdist; tests/conftest.py keeps the tests sharing one JupyterLab on one worker and
-# runs the tests that start a Ray of their own one after another, both groups first): 16-19 minutes from a fresh
-# clone on 2 cores (2026-12-03: 16:07, 16:53, 18:31, 18:39; 30 minutes one test at a time). The CPU is busy 96-100%
+# runs the tests that start a Ray of their own one after another, both groups first): 15-19 minutes from a fresh
+# clone on 2 cores (2026-12-03: 16:07, 16:53, 18:31, 18:39, then 14:33 with the differential tests' configs built
+# once; 30 minutes one test at a time). The CPU is busy 96-100%
 # of it, so a third worker on 2 cores gains nothing (15:58 against 16:07). One test at a time: drop -n.
 test: $(BIN)/.oracle /usr/bin/chromium
 	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadgroup --durations=15
