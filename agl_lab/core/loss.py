@@ -226,7 +226,6 @@ def compute_policy_loss_cispo_per_rollout_mean(
 def _losses() -> dict[str, Any]:
     """name -> function: what import agl_lab (and every Ray worker) registers in verl's policy-loss registry; verl PR
     #7580's proposals (agl_lab.core.row_weights) are verl's vanilla loss on advantages the trainer weighted per row."""
-
     return {
         PER_ROLLOUT_MEAN_LOSS_MODE: compute_policy_loss_per_rollout_mean,
         CISPO_PER_ROLLOUT_MEAN_LOSS_MODE: compute_policy_loss_cispo_per_rollout_mean,
