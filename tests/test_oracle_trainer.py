@@ -53,7 +53,6 @@ PATHS: collections.Counter = collections.Counter()
 
 
 @functools.cache
-@functools.cache
 def _base_config() -> bytes:
     """The sections both trainers read, from agl_lab's composed config, pickled: each config below unpickles it (a few
     ms) instead of building it from dicts (~0.1 s each: OmegaConf checks every node), and composing is done once."""

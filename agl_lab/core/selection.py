@@ -41,12 +41,17 @@ from agl_lab.core.update_cap import (
     warn_no_trainable_batch,
 )
 
-__all__ = ["FATES", "Selection", "mini_batch_rows", "plan_selection", "select_rows", "shallow_copy"]
+__all__ = ["FATES", "Selection", "mini_batch_rows", "mini_batches", "plan_selection", "select_rows", "shallow_copy"]
 
 
 def mini_batch_rows(cfg: DictConfig) -> int:
     """Rows per PPO mini-batch: ``ppo_mini_batch_size × rollout.n`` (verl counts prompts, rows are rollouts)."""
     return int(OmegaConf.select(cfg, MINI_BATCH)) * int(OmegaConf.select(cfg, ROLLOUT_N))
+
+
+def mini_batches(n_rows: int, cfg: DictConfig) -> int:
+    """PPO mini-batches per epoch over ``n_rows`` trained rows (ceil: whole-rollout drops may leave the last short)."""
+    return -(-n_rows // mini_batch_rows(cfg))
 
 
 @dataclass(frozen=True)

@@ -115,9 +115,9 @@ def loss_scale(batch: DataProto, cfg: DictConfig, *, layout: TokenLayout | None 
 def loss_scale_metrics(batch: DataProto, cfg: DictConfig, *, layout: TokenLayout | None = None) -> dict[str, float]:
     """``lab/loss_scale`` and ``lab/loss_scale_per_mini_batch`` of the rows that reach the update (``batch``, after
     drops): the step's scale, and the same on one update's scale (token-mean gives each mini-batch 1, per_rollout_mean
-    shares its total), over the step's mini-batches (ceil: whole-rollout drops may leave the last one short)."""
-    from agl_lab.core.selection import mini_batch_rows
+    shares its total), over the step's mini-batches."""
+    from agl_lab.core.selection import mini_batches
 
     scale = loss_scale(batch, cfg, layout=layout)
-    updates = -(-len(batch) // mini_batch_rows(cfg))
+    updates = mini_batches(len(batch), cfg)
     return {LOSS_SCALE: scale, LOSS_SCALE_PER_MINI_BATCH: scale / updates if updates else 0.0}

@@ -42,6 +42,7 @@ from agl_lab.core import keys
 from agl_lab.core.aggregation import aggregate, aggregation_limits
 from agl_lab.core.loss import normalize_for_loss
 from agl_lab.core.pipeline import compute_advantages, mini_batch_rows, plan_selection
+from agl_lab.core.selection import mini_batches
 from agl_lab.core.turn_rewards import placement_for
 from agl_lab.lab.diagnostics import step_diagnostics
 from agl_lab.lab.loss_scale import loss_scale_metrics, token_layout
@@ -247,7 +248,7 @@ class _Run:
             adv_metrics.update(multi_row_mass(batch, cfg, layout=layout))  # multi-row rollouts' share of the mass
         with _timed(timing, "update_actor"):
             actor_metrics = self.backend.update(batch, temperature=temperature, step=step)
-        actor_metrics[keys.PPO_UPDATES] = -(-len(batch) // self.mini_batch_rows) * int(self.actor.ppo_epochs)
+        actor_metrics[keys.PPO_UPDATES] = mini_batches(len(batch), cfg) * int(self.actor.ppo_epochs)
         return {**metrics, **adv_metrics, **actor_metrics}, int(batch.batch["attention_mask"].sum())
 
     def _seed(self, stream: int, step: int) -> int:
