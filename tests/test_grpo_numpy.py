@@ -1,8 +1,8 @@
 """The numpy GRPO the run diagnostics use, against verl's own ``compute_advantage`` (row level) and the lab's
 ``compute_rollout_level_advantage`` (Agent Lightning's rollout level, verl's estimator inside) on random batches,
 both estimators, both ``norm_adv_by_std_in_grpo``, the scores' dtypes: ``grpo`` bit for bit where the rewards are sums
-exact in float32 (0/1, quarters: verifiable tasks' rewards), ``grpo_vectorized`` to an ulp of float32 (torch's square
-root), both within float32's rounding of a group's sum on arbitrary rewards."""
+exact in float32 (0/1, quarters: verifiable tasks' rewards), ``grpo_vectorized`` to two ulps of float32 (torch's
+square root), both within float32's rounding of a group's sum on arbitrary rewards."""
 
 import zlib
 
@@ -89,8 +89,9 @@ def test_equal_to_verls_estimator_on_exact_rewards(dtype, estimator, rollout_lev
             )
             if estimator == "grpo":
                 np.testing.assert_array_equal(got, expected)
-            else:  # torch's vectorized float32 square root is not always correctly rounded: an ulp at most
-                np.testing.assert_array_max_ulp(got.astype(np.float32), expected.astype(np.float32), maxulp=1)
+            else:  # torch's float32 square root is not always correctly rounded (AVX-512: 1 in 5 values an ulp
+                # off; AVX2: fewer): the std an ulp off, its quotient up to two
+                np.testing.assert_array_max_ulp(got.astype(np.float32), expected.astype(np.float32), maxulp=2)
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "grpo_vectorized"])
@@ -123,9 +124,12 @@ def test_grpo_vectorized_always_divides_by_the_std_as_verl_calls_it():
         batch, reward, lengths, estimator="grpo_vectorized", by_std=True, rollout_level=False, dtype="float32"
     )
     np.testing.assert_array_equal(off, on)
-    np.testing.assert_array_equal(
-        off, verl_scalars(batch, estimator="grpo_vectorized", by_std=False, rollout_level=False)
+    verl = verl_scalars(batch, estimator="grpo_vectorized", by_std=False, rollout_level=False)
+    np.testing.assert_array_max_ulp(off.astype(np.float32), verl.astype(np.float32), maxulp=2)  # divided, as above
+    divided_by_one = fast_scalars(
+        batch, reward, lengths, estimator="grpo", by_std=False, rollout_level=False, dtype="float32"
     )
+    assert np.abs(verl - divided_by_one).max() > 0.1  # not within rounding of the undivided differences
 
 
 def agl_error(batch):

@@ -10,7 +10,7 @@ both estimators, both ``norm_adv_by_std_in_grpo`` values and the scores' dtypes;
                        of one row has mean 0 and std 1; ``(score − mean) / (std + 1e-6)``, or ``score − mean`` with
                        ``norm_adv_by_std_in_grpo=false``; every operation rounded to the scores' dtype (bf16 for
                        Agent Lightning's ``token_level_scores``)
-``grpo_vectorized``    the same in float32 whatever the scores' dtype (``group_mean_std``), to an ulp (torch's float32
+``grpo_vectorized``    the same in float32 whatever the scores' dtype (``group_mean_std``), to 2 ulps (torch's float32
                        square root); verl's ``compute_advantage`` does not pass ``norm_adv_by_std_in_grpo`` to it,
                        so it always divides
 rollout level          (Agent Lightning) the estimator runs on each rollout's first row and its value is broadcast to
@@ -106,8 +106,9 @@ def _grpo(scores: np.ndarray, group: np.ndarray, estimator: str, by_std: bool, d
 
 def _grpo_vectorized(scores: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
     """verl's ``group_mean_std`` and division, operation by operation in float32 (``index_add_`` adds in row order,
-    as ``np.add.at`` does). numpy's float32 square root is correctly rounded and torch's CPU one (vectorized) is not
-    always: the std, and so the advantage, can differ from verl's by an ulp of float32."""
+    as ``np.add.at`` does). numpy's float32 square root is correctly rounded and torch's CPU one is not always (on
+    AVX-512 one value in five is an ulp off): the std can differ from verl's by an ulp of float32, the advantage
+    (a quotient by it) by two."""
     count = np.zeros(n_groups, np.float32)
     np.add.at(count, group, np.float32(1.0))
     total = np.zeros(n_groups, np.float32)
