@@ -9,8 +9,13 @@ other kernel set the CPU has × threads 1 and 2, each in a fresh process, and wr
 CPU, torch's version, every run's table and, per column, the largest distance of any run from the first.
 ``make readme`` writes that spread beside the README's demo table (:mod:`agl_lab.curves.readme_table`).
 
-Run: ``.venv/bin/python benchmarks/bench_numbers.py [--out data/demo_spread.json] [--threads 1 2]`` (up to 7 demos:
-minutes on a quiet machine; 2 threads on 2 busy cores can take many times longer, torch's threads waiting on
+Kernels are not the whole story: the same kernel set on another vendor's CPU (an AMD EPYC's AVX-512 against the
+Intel Xeon's that made the table) sums differently again. ``--add`` runs this machine's demos (its own kernels, then
+every other kernel set × threads) and adds them, each run named with its CPU, to the runs already in the file:
+the README's table and its first run stay, and the spread grows to cover every CPU measured.
+
+Run: ``.venv/bin/python benchmarks/bench_numbers.py [--out data/demo_spread.json] [--threads 1 2] [--add]`` (up to
+7 demos: minutes on a quiet machine; 2 threads on 2 busy cores can take many times longer, torch's threads waiting on
 each other).
 """
 
@@ -37,10 +42,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "data" / "demo_spread.json")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="lab.cpu_threads values to try")
+    parser.add_argument(
+        "--add",
+        action="store_true",
+        help="add this machine's runs to those in --out (another CPU) instead of starting it anew",
+    )
     args = parser.parse_args()
+    earlier = json.loads(args.out.read_text()) if args.add else None
+    if earlier is not None and earlier["torch"] != _torch_version():  # before any demo runs
+        raise SystemExit(f"{args.out} was made with torch {earlier['torch']}, this is {_torch_version()}: run "
+                         "without --add to start it anew")  # fmt: skip
     print(f"load average before: {_load()}; {os.cpu_count()} cores")
     own = _capability({})
-    variants = [("as make readme", {}, 1), ("rerun", {}, 1)]
+    variants = [("as make readme", {}, 1), ("rerun", {}, 1)] if earlier is None else [("own kernels", {}, 1)]
     for kernels in KERNELS:
         if _capability({"ATEN_CPU_CAPABILITY": kernels}).lower() != kernels:
             print(f"  ATEN_CPU_CAPABILITY={kernels}: this CPU lacks it, skipped")
@@ -50,16 +64,19 @@ def main() -> None:
                 continue  # the first run's own kernels and threads: the rerun covers it
             variants.append((f"ATEN_CPU_CAPABILITY={kernels}, {threads} threads",
                              {"ATEN_CPU_CAPABILITY": kernels}, threads))  # fmt: skip
+    cpu = _cpu_name()
     runs = []
     for label, env, threads in variants:
         table = _demo(env, threads)
-        runs.append({"run": label, "kernels": _capability(env), "threads": threads, "table": table})
+        runs.append({"run": label, "cpu": cpu, "kernels": _capability(env), "threads": threads, "table": table})
         print(f"  {label:<40} " + " ".join(f"{r['setting']} {r['success_last_20pct']}" for r in table), flush=True)
+    if earlier is not None:
+        runs = [{"cpu": earlier["cpu"], **run} for run in earlier["runs"]] + runs
     spread = _spread([pd.DataFrame(run["table"]) for run in runs])
     result = {
-        "cpu": _cpu_name(),
+        "cpu": earlier["cpu"] if earlier else cpu,
         "torch": _torch_version(),
-        "kernels": own,
+        "kernels": earlier["kernels"] if earlier else own,
         "threads": 1,
         "spread": spread,
         "runs": runs,

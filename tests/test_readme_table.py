@@ -110,6 +110,16 @@ def test_the_spread_line_names_the_cpu_torch_the_kernels_tried_and_how_far_the_n
         spread_line({k: v for k, v in spread_file().items() if k != "torch"})
 
 
+def test_runs_on_other_cpus_are_named_with_their_cpu_after_the_tables_own():
+    spread = spread_file()
+    other = {**spread["runs"][2], "cpu": "Some EPYC", "kernels": "AVX512", "threads": 1}
+    spread["runs"] = [{"cpu": "Some Xeon", **run} for run in spread["runs"]] + [other]  # as --add writes them
+    line = spread_line(spread)
+    assert "run with avx2 × 2 threads; on Some EPYC: avx512 × 1 thread (" in line
+    assert line.startswith("Made on Some Xeon with torch")
+    assert "a rerun gives the same numbers" in line  # the first two runs are still the table's and its rerun
+
+
 def test_the_readme_carries_the_spread_beside_the_table_and_the_command_line_writes_it(tmp_path):
     real = README.read_text()
     assert real.index(END) < real.index(SPREAD_START) < real.index(SPREAD_END)

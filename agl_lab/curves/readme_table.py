@@ -53,14 +53,21 @@ def spread_line(spread: dict) -> str:
     for key in ("cpu", "torch", "kernels", "threads", "spread", "runs"):
         if key not in spread:
             raise ValueError(f"the spread file lacks {key!r}: write it with benchmarks/bench_numbers.py")
-    others = sorted({f"{run['kernels'].lower()} × {run['threads']} thread{'s' if run['threads'] > 1 else ''}"
-                     for run in spread["runs"][2:]})  # after the first run and its rerun  # fmt: skip
+    tried = {}  # CPU -> its kernels × threads, the table's own CPU first
+    for place, run in enumerate(spread["runs"]):
+        cpu = run.get("cpu", spread["cpu"])
+        if (cpu, place) == (spread["cpu"], 0) or (cpu == spread["cpu"] and place == 1):
+            continue  # the table's run and its rerun
+        threads = f"{run['threads']} thread{'s' if run['threads'] > 1 else ''}"
+        tried.setdefault(cpu, set()).add(f"{run['kernels'].lower()} × {threads}")
+    said = [", ".join(sorted(tried.pop(spread["cpu"], ())))] if spread["cpu"] in tried else []
+    said += [f"on {cpu}: {', '.join(sorted(kinds))}" for cpu, kinds in tried.items()]
     moved = ", ".join(f"{c} ±{spread['spread'][c]:g}" for c in SPREAD_COLUMNS if c in spread["spread"])
     return (
         f"Made on {spread['cpu']} with torch {spread['torch']} ({spread['kernels'].lower()} kernels, "
-        f"{spread['threads']} thread). Other CPUs: the numbers depend on the kernels torch picks for the CPU; run "
-        f"with {', '.join(others)} (`benchmarks/bench_numbers.py`), they moved by at most {moved}. A fresh clone's "
-        f"demo agrees with this table within that spread; {_rerun_words(spread['runs'])}."
+        f"{spread['threads']} thread). Other CPUs: the numbers depend on the CPU and the kernels torch picks for it; "
+        f"run with {'; '.join(said)} (`benchmarks/bench_numbers.py`), they moved by at most {moved}. A fresh "
+        f"clone's demo agrees with this table within that spread; {_rerun_words(spread['runs'])}."
     )
 
 
