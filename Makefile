@@ -83,13 +83,15 @@ readme: $(BIN)/.installed
 			"--ignore-glob=tests/test_browser*.py" >&2; exit 1; \
 	fi
 
-# On every core, up to 4 (pytest-xdist; tests/conftest.py keeps the tests sharing one JupyterLab on one worker and
-# runs the tests that start a Ray of their own one after another, both groups first): 15-19 minutes from a fresh
-# clone on 2 cores (2026-12-03: 16:07, 16:53, 18:31, 18:39, then 14:33 with the differential tests' configs built
-# once; 30 minutes one test at a time). The CPU is busy 96-100%
-# of it, so a third worker on 2 cores gains nothing (15:58 against 16:07). One test at a time: drop -n.
+# One worker more than the cores, up to 4 (pytest-xdist; tests/conftest.py keeps the tests sharing one JupyterLab on
+# one worker and runs the tests that start a Ray of their own one after another, both groups first). The extra worker
+# fills the time the others wait on a browser, a Ray start or a signalled process: on a 2-core AMD EPYC (2026-12-04)
+# 1,624 tests took 9:03 with 3 workers (the CPU busy 98%) against 10:10-10:31 with 2; 30 minutes one test at a time.
+# On the earlier 2-core Intel Xeon, whose CPU was busy 96-100% with 2, a third gained nothing (15:58 against 16:07).
+# WORKERS=1 runs one test at a time.
+WORKERS ?= $(shell echo $$(( $$(nproc) + 1 > 4 ? 4 : $$(nproc) + 1 )))
 test: $(BIN)/.oracle /usr/bin/chromium
-	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadgroup --durations=15
+	$(BIN)/python -m pytest $(if $(filter 1,$(WORKERS)),,-n $(WORKERS) --dist loadgroup) --durations=15
 
 test-core: $(BIN)/.oracle
 	AGL_LAB_ORACLE_EXAMPLES=500 $(BIN)/python -m pytest $(CORE_TESTS)

@@ -236,7 +236,7 @@ def lines_in(path) -> int:
     return len(Path(path).read_text().splitlines()) if Path(path).exists() else 0
 
 
-# On every core (pytest-xdist, ``-n auto --dist loadgroup``, what `make test` runs; see the Makefile): tests that
+# In parallel (pytest-xdist, ``-n <cores + 1> --dist loadgroup``, what `make test` runs; see the Makefile): tests that
 # share one server (JupyterLab with Chromium) stay on one worker, so it starts once; tests that start a Ray of their
 # own (marked ``ray``, the two-node cluster's file) run one after another on one worker, since two Ray starts at once
 # on 2 busy cores can miss Ray's fixed 30 s start-up window. The two groups, each several minutes, start first, then
