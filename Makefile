@@ -100,6 +100,7 @@ bench: $(BIN)/.oracle
 	$(BIN)/python benchmarks/bench_core.py
 	$(BIN)/python benchmarks/bench_batch_math.py
 	$(BIN)/python benchmarks/bench_weighting.py
+	$(BIN)/python benchmarks/bench_kernel_messages.py
 	$(BIN)/python benchmarks/bench_trainer.py
 	$(BIN)/python benchmarks/bench_actor.py
 	$(BIN)/python benchmarks/bench_cli.py

@@ -34,3 +34,22 @@ def test_the_weighting_benchmark_changes_every_control_it_names(bench_weighting)
         assert bench_weighting.measure(panel, name, control, values, repeats=1) >= 0
         assert panel.controls[control].value == values[1], name  # each change alternates and ends where it began
     assert bench_weighting.measure_click(panel, repeats=1) >= 0
+
+
+def test_the_kernel_message_benchmark_sends_what_a_browser_sends_for_every_control(bench_weighting):
+    """Each control's change goes as the state key the widget syncs (a dropdown's ``index``), mapping back to the
+    value bench_weighting plans for it: a ``value`` sent to a dropdown is ignored and would time a change never made."""
+    import bench_kernel_messages
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        panel = bench_weighting.panel_for("grpo_vectorized", SyntheticKnobs(n_prompts=8, rollouts_per_prompt=4))
+    keys = set()
+    for name, (control, values) in bench_weighting.changes(panel).items():
+        widget = panel.controls[control]
+        key, sent = bench_kernel_messages.synced(widget, values)
+        keys.add(key)
+        for state in sent:
+            widget.set_state({key: state})  # what the kernel does with the browser's update
+            assert widget.value == values[sent.index(state)], name
+    assert keys == {"index", "value"}  # both kinds are among the controls
