@@ -89,8 +89,8 @@ def test_equal_to_verls_estimator_on_exact_rewards(dtype, estimator, rollout_lev
             )
             if estimator == "grpo":
                 np.testing.assert_array_equal(got, expected)
-            else:  # torch's float32 square root is not always correctly rounded (AVX-512: 1 in 5 values an ulp
-                # off; AVX2: fewer): the std an ulp off, its quotient up to two
+            else:  # torch's float32 square root is not always correctly rounded (on a 2-core AMD EPYC 1 value in 5
+                # is an ulp off, with its AVX-512, AVX2 and default kernels alike): the std an ulp off, the quotient 2
                 np.testing.assert_array_max_ulp(got.astype(np.float32), expected.astype(np.float32), maxulp=2)
 
 

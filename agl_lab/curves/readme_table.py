@@ -53,15 +53,12 @@ def spread_line(spread: dict) -> str:
     for key in ("cpu", "torch", "kernels", "threads", "spread", "runs"):
         if key not in spread:
             raise ValueError(f"the spread file lacks {key!r}: write it with benchmarks/bench_numbers.py")
-    tried = {}  # CPU -> its kernels × threads, the table's own CPU first
-    for place, run in enumerate(spread["runs"]):
-        cpu = run.get("cpu", spread["cpu"])
-        if (cpu, place) == (spread["cpu"], 0) or (cpu == spread["cpu"] and place == 1):
-            continue  # the table's run and its rerun
+    tried = {}  # CPU -> its kernels × threads, in the file's order: the table's own CPU first
+    for run in spread["runs"][2:]:  # after the table's run and its rerun
         threads = f"{run['threads']} thread{'s' if run['threads'] > 1 else ''}"
-        tried.setdefault(cpu, set()).add(f"{run['kernels'].lower()} × {threads}")
-    said = [", ".join(sorted(tried.pop(spread["cpu"], ())))] if spread["cpu"] in tried else []
-    said += [f"on {cpu}: {', '.join(sorted(kinds))}" for cpu, kinds in tried.items()]
+        tried.setdefault(run.get("cpu", spread["cpu"]), set()).add(f"{run['kernels'].lower()} × {threads}")
+    said = [", ".join(sorted(kinds)) if cpu == spread["cpu"] else f"on {cpu}: {', '.join(sorted(kinds))}"
+            for cpu, kinds in tried.items()]  # fmt: skip
     moved = ", ".join(f"{c} ±{spread['spread'][c]:g}" for c in SPREAD_COLUMNS if c in spread["spread"])
     return (
         f"Made on {spread['cpu']} with torch {spread['torch']} ({spread['kernels'].lower()} kernels, "

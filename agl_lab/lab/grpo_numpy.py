@@ -106,9 +106,9 @@ def _grpo(scores: np.ndarray, group: np.ndarray, estimator: str, by_std: bool, d
 
 def _grpo_vectorized(scores: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
     """verl's ``group_mean_std`` and division, operation by operation in float32 (``index_add_`` adds in row order,
-    as ``np.add.at`` does). numpy's float32 square root is correctly rounded and torch's CPU one is not always (on
-    AVX-512 one value in five is an ulp off): the std can differ from verl's by an ulp of float32, the advantage
-    (a quotient by it) by two."""
+    as ``np.add.at`` does). numpy's float32 square root is correctly rounded and torch's CPU one is not always (on an
+    AMD EPYC one value in five is an ulp off, whichever of torch's kernel sets runs): the std can differ from verl's
+    by an ulp of float32, the advantage (a quotient by it) by two."""
     count = np.zeros(n_groups, np.float32)
     np.add.at(count, group, np.float32(1.0))
     total = np.zeros(n_groups, np.float32)
