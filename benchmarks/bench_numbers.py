@@ -48,6 +48,8 @@ def main() -> None:
         help="add this machine's runs to those in --out (another CPU) instead of starting it anew",
     )
     args = parser.parse_args()
+    if args.add and not args.out.is_file():
+        raise SystemExit(f"--add adds this machine's runs to {args.out}, which is not there: run without --add first")
     earlier = json.loads(args.out.read_text()) if args.add else None
     if earlier is not None and earlier["torch"] != _torch_version():  # before any demo runs
         raise SystemExit(f"{args.out} was made with torch {earlier['torch']}, this is {_torch_version()}: run "

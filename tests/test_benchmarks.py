@@ -53,3 +53,18 @@ def test_the_kernel_message_benchmark_sends_what_a_browser_sends_for_every_contr
             widget.set_state({key: state})  # what the kernel does with the browser's update
             assert widget.value == values[sent.index(state)], name
     assert keys == {"index", "value"}  # both kinds are among the controls
+
+
+def test_the_spread_benchmark_refuses_to_add_to_a_missing_file_or_another_torchs_before_any_demo(tmp_path, monkeypatch):
+    import bench_numbers
+
+    ran = []
+    monkeypatch.setattr(bench_numbers, "_demo", lambda *args: ran.append(args))
+    missing = tmp_path / "spread.json"
+    monkeypatch.setattr(sys, "argv", ["bench_numbers.py", "--add", "--out", str(missing)])
+    with pytest.raises(SystemExit, match=f"--add adds this machine's runs to {missing}, which is not there"):
+        bench_numbers.main()
+    missing.write_text('{"cpu": "Some Xeon", "torch": "1.0.0+cpu", "kernels": "AVX512", "runs": []}')
+    with pytest.raises(SystemExit, match=r"was made with torch 1\.0\.0\+cpu, this is .*: run without --add"):
+        bench_numbers.main()
+    assert ran == [] and missing.read_text().startswith('{"cpu": "Some Xeon"')  # nothing run, nothing written
