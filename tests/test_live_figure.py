@@ -99,9 +99,11 @@ def test_panels_freeze_what_is_loaded_once_per_process():
     freeze_loaded()
     frozen = gc.get_freeze_count()
     assert frozen > 10_000  # the imports: torch, verl, plotly, the lab
-    garbage = [[] for _ in range(1000)]  # noqa: F841  (objects made after it stay scannable)
+    garbage = [[] for _ in range(1000)]  # objects made after it stay scannable
     freeze_loaded()
-    assert gc.get_freeze_count() == frozen
+    # not frozen again: that would add the 1,000 lists. A frozen object freed meanwhile (another thread of the
+    # process letting go of one) lowers the count, so it may fall by a few (seen: 2, with 3 xdist workers)
+    assert gc.get_freeze_count() <= frozen < gc.get_freeze_count() + len(garbage)
 
 
 def test_a_full_redraw_says_so_and_replace_sends_the_whole_new_figure(live):
