@@ -86,7 +86,7 @@ readme: $(BIN)/.installed
 # One worker more than the cores, up to 4 (pytest-xdist; tests/conftest.py keeps the tests sharing one JupyterLab on
 # one worker and runs the tests that start a Ray of their own one after another, both groups first). The extra worker
 # fills the time the others wait on a browser, a Ray start or a signalled process: on a 2-core AMD EPYC (2026-12-04)
-# 1,624-1,625 tests took 8:17-9:55 with 3 workers (the CPU busy 98%) against 10:10-10:31 with 2; 30 min one at a time.
+# 1,624-1,626 tests took 8:17-11:24 with 3 workers (CPU busy 98%) against 10:10-10:31 with 2; 30 min one at a time.
 # On the earlier 2-core Intel Xeon, whose CPU was busy 96-100% with 2, a third gained nothing (15:58 against 16:07).
 # WORKERS=1 runs one test at a time.
 WORKERS ?= $(shell echo $$(( $$(nproc) + 1 > 4 ? 4 : $$(nproc) + 1 )))
