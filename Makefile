@@ -22,7 +22,7 @@ VERL_PINS_0.8.0 := "numpy<2" "pyarrow<26"
 # each instead of 2,000 (AGL_LAB_ORACLE_EXAMPLES). test_loss's Ray-worker and `python -O` tests start processes for
 # minutes and test nothing verl-specific. The whole suite on 0.8.0 (2,000 each, training runs, notebooks, browser)
 # is `make test VERL=0.8.0`.
-CORE_TESTS := tests/test_oracle_*.py tests/test_advantage.py tests/test_aggregation.py tests/test_loss.py \
+CORE_TESTS := tests/test_oracle_*.py tests/test_data_metrics.py tests/test_advantage.py tests/test_aggregation.py tests/test_loss.py \
 	tests/test_pipeline.py tests/test_rows.py tests/test_groups.py tests/test_update_cap.py tests/test_config.py \
 	tests/test_doctor.py tests/test_modes.py tests/test_verl_features.py tests/test_example_batch.py \
 	tests/test_example_configs.py -k "not ray_workers and not python_O"

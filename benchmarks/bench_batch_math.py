@@ -11,8 +11,9 @@ Timed side by side in one run, medians of round-robin repeats:
   verl's data metrics; ``compute_advantages(normalize=False)``), the per-step diagnostics (``lab/diagnostics/*``,
   ``lab/loss_scale``, ``lab/multi_row_*``) and the per_rollout_mean normalization;
 * within the lab's stages, what no reimplementation of them avoids: one copy of every tensor of the rows (the least a
-  row selection writes; the selection makes one), verl's ``compute_data_metrics`` (verl's numbers, called as Agent
-  Lightning calls it: its two ``masked_select`` dominate) and verl's estimator on one row per rollout
+  row selection writes; the selection makes one), verl's data metrics (``agl_lab.core.data_metrics``: verl's
+  ``compute_data_metrics`` with its two serial ``masked_select`` replaced by one shared gather, the same numbers;
+  verl's function as Agent Lightning calls it is timed beside it) and verl's estimator on one row per rollout
   (``grpo_vectorized``, the same call on both sides);
 * Agent Lightning 1.0.2's own ``_train_step`` steps 1–5 on a bare trainer (``tests/agl_oracle.py``), its Python loops
   over rows and groups included (it computes no diagnostics).
@@ -43,6 +44,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 
 import agl_lab
 from agl_lab import compose_config
+from agl_lab.core.data_metrics import data_metrics
 from agl_lab.core.loss import normalize_for_loss
 from agl_lab.core.pipeline import advantage_kwargs, compute_advantages, select_rows
 from agl_lab.core.update_cap import partially_dropped
@@ -62,7 +64,8 @@ LINES = {
     "diagnostics": "  diagnostics: lab/diagnostics, loss scale, multi-row mass",
     "normalize": "  per_rollout_mean normalization",
     "copy": "  within them: one copy of every tensor of the rows",
-    "data_metrics": "  within them: verl's compute_data_metrics",
+    "data_metrics": "  within them: verl's data metrics, tokens selected once",
+    "verl_metrics": "  (beside them: verl's compute_data_metrics as it is)",
     "estimator": "  within them: verl's estimator on one row per rollout",
     "agl": "Agent Lightning 1.0.2 _train_step, steps 1-5 (no diagnostics)",
 }
@@ -161,10 +164,15 @@ def measure(rows: DataProto, cfg, repeats: int) -> dict[str, float]:
         rows.batch.clone()
         samples["copy"].append(time.perf_counter() - start)
 
-    def data_metrics() -> None:
+    def lab_metrics() -> None:
+        start = time.perf_counter()
+        data_metrics(with_advantages)
+        samples["data_metrics"].append(time.perf_counter() - start)
+
+    def verl_metrics() -> None:
         start = time.perf_counter()
         compute_data_metrics(batch=with_advantages, use_critic=False)
-        samples["data_metrics"].append(time.perf_counter() - start)
+        samples["verl_metrics"].append(time.perf_counter() - start)
 
     def agl() -> None:
         batch = fresh(rows)
@@ -175,7 +183,7 @@ def measure(rows: DataProto, cfg, repeats: int) -> dict[str, float]:
         if seen.error is not None:
             raise seen.error
 
-    runs = (one_pass, lab, copy, data_metrics, estimator, agl)
+    runs = (one_pass, lab, copy, lab_metrics, verl_metrics, estimator, agl)
     for run in runs:  # warm-up
         run()
     for values in samples.values():

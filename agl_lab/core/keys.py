@@ -182,4 +182,5 @@ ACTOR_ENTROPY = "actor/entropy"
 
 # verl's compute_data_metrics and the trainer
 CRITIC_SCORE_MEAN = "critic/score/mean"
+CRITIC_TOKEN_STATS = {"advantages": "critic/advantages", "returns": "critic/returns"}  # tensor -> /mean, /max, /min
 CRITIC_N_TRANSITION_AFTER_DROPPING = "critic/n_transition_after_dropping"

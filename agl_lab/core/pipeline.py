@@ -25,11 +25,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from verl import DataProto
 from verl.trainer.ppo import core_algos
-from verl.trainer.ppo.metric_utils import compute_data_metrics
 from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 
 from agl_lab.core.advantage import compute_rollout_level_advantage
+from agl_lab.core.data_metrics import data_metrics
 from agl_lab.core.groups import group_rows
 from agl_lab.core.keys import (
     ALGORITHM,
@@ -75,7 +75,7 @@ def compute_advantages(
     batch, metrics = rewards_and_advantages(batch, cfg, kl_ctrl=kl_ctrl)
     metrics.update(_group_metrics(batch))
     metrics[CRITIC_N_TRANSITION_AFTER_DROPPING] = len(batch)
-    metrics.update(compute_data_metrics(batch=batch, use_critic=False))
+    metrics.update(data_metrics(batch))  # verl's compute_data_metrics, its token selections done once
     if normalize:
         normalize_for_loss(batch, cfg)
     return batch, metrics
