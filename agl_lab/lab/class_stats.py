@@ -79,7 +79,8 @@ def class_weights(
     """The per-class statistics from arrays: ``rows``/``rows_kept`` (rollouts,) as aggregated and as kept,
     ``relative``/``weight`` (modes, rollouts). Classes run 1..the largest rollout as aggregated.
 
-    Percentiles are numpy's linear ones, computed for every (class, mode) at once from one sort.
+    Percentiles are numpy's linear ones: every (class, mode) grouped by one integer sort, then each group's order
+    statistics by a partition.
     """
     modes = list(modes)
     sizes, labels = row_classes(rows, cap=MAX_CLASS)
@@ -92,23 +93,27 @@ def class_weights(
     distinct = np.unique(of_mode)
     values = relative[distinct][:, trained]  # (distinct modes, trained)
     n_classes, n_distinct = len(classes), len(distinct)
+    n_groups = n_classes * n_distinct
     key = (row_class[None, :] * n_distinct + np.arange(n_distinct)[:, None]).ravel()  # (distinct · trained,)
     flat = np.nan_to_num(values.ravel(), nan=0.0)
-    # by group, then by value, in one float argsort: the group in the integer part, the value's place in [0, 1)
-    scale = max(float(np.abs(flat).max(initial=0.0)) * 2.0, 1e-300)
-    order = np.argsort(key + 0.5 + flat / scale)
-    key, flat = key[order], flat[order]
-    groups = np.arange(n_classes * n_distinct)
-    starts, counts = np.searchsorted(key, groups), np.bincount(key, minlength=len(groups))
-    stats = np.full((3, len(groups)), np.nan)  # mean, 10th, 90th percentile
+    # grouped by one stable sort of small integers (a radix sort), then per group only the four order statistics the
+    # percentiles need (np.partition): an argsort of every value was most of this function's time at 10k rows
+    order = np.argsort(key.astype(np.int32 if n_groups >= 2**15 else np.int16), kind="stable")
+    grouped = flat[order]
+    counts = np.bincount(key, minlength=n_groups)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    stats = np.full((3, n_groups), np.nan)  # mean, 10th, 90th percentile
+    sums = np.bincount(key, weights=flat, minlength=n_groups)
     alive = counts > 0
-    sums = np.bincount(key, weights=flat, minlength=len(groups))
     stats[0, alive] = sums[alive] / counts[alive]
-    for row, q in ((1, 0.1), (2, 0.9)):
-        position = starts[alive] + q * (counts[alive] - 1)  # numpy's "linear" percentile position
+    for group in np.flatnonzero(alive):
+        values_of = grouped[starts[group] : starts[group] + counts[group]]
+        last = counts[group] - 1
+        position = np.array([0.1, 0.9]) * last  # numpy's "linear" percentile positions
         low = np.floor(position).astype(np.int64)
-        high = np.minimum(low + 1, starts[alive] + counts[alive] - 1)
-        stats[row, alive] = flat[low] + (position - low) * (flat[high] - flat[low])
+        high = np.minimum(low + 1, last)
+        ranked = np.partition(values_of, sorted({*low.tolist(), *high.tolist()}))
+        stats[1:, group] = ranked[low] + (position - low) * (ranked[high] - ranked[low])
     column = np.searchsorted(distinct, of_mode)  # (modes,) each mode's distinct column
     stats = stats.reshape(3, n_classes, n_distinct)[:, :, column]  # (3, classes, modes)
     n_modes = len(modes)
