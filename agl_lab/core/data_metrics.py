@@ -6,11 +6,10 @@ of those is one serial pass: 57–68 ms at 10k rows × 512 tokens on 2 cores (``
 about half of the lab's whole step. :func:`data_metrics` takes the mask once as a numpy bool array (true where
 ``.bool()`` would be) and selects both tensors with numpy's boolean indexing (7 ms for both; torch's ``nonzero`` and
 ``index_select`` took 17 ms): the same 1-D tensors, values and order, as ``masked_select`` gives, so their mean, max
-and min are the same bit for bit. verl's function then computes
-every key on the rows as they are, except that it sees a one-column stand-in for those two tensors and the mask; the
-six numbers it took from the stand-in are replaced by the gathered ones. The keys, the warnings on an all-False mask
-and every other number stay verl's, whichever verl is installed. ``tests/test_data_metrics.py`` compares the result
-with verl's function on the real rows.
+and min are the same bit for bit. verl's function then computes every key on the rows as they are, except that it
+sees a one-column stand-in for those two tensors and the mask; the six numbers it took from the stand-in are replaced
+by the selected ones. The keys, the warnings on an all-False mask and every other number stay verl's, whichever verl
+is installed. ``tests/test_data_metrics.py`` compares the result with verl's function on the real rows.
 """
 
 from __future__ import annotations
