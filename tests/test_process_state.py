@@ -80,11 +80,36 @@ sys.exit(main(["train", *{list(TINY_RUN)!r}, "trainer.logger=[console]", "lab.ru
     assert not run_dir.exists()  # no half-made run directory (config.yaml, empty metrics.jsonl)
 
 
-def tiny(tmp_path, name, seed):
+def tiny(tmp_path, name, seed, steps=3):
     return short_run_config(
-        dotlist=[*TINY_RUN, "trainer.logger=[]", "trainer.total_training_steps=3", f"lab.seed={seed}"]
+        dotlist=[*TINY_RUN, "trainer.logger=[]", f"trainer.total_training_steps={steps}", f"lab.seed={seed}"]
         + [f"lab.run_dir={tmp_path / name}", "lab.cpu_threads=1"]
     )
+
+
+class _SignalsInItsFinalizer:
+    """An object whose finalizer is where a Ctrl-C lands: Python prints that KeyboardInterrupt (``Exception ignored
+    in``) and goes on, as for any exception a finalizer the garbage collector runs raises."""
+
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # bytecodes: the handler runs at one of them, inside this finalizer
+            pass
+
+
+def test_a_ctrl_c_swallowed_by_a_finalizer_still_ends_the_run_before_the_next_step(tmp_path, monkeypatch):
+    swallowed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: swallowed.append(unraisable.exc_type))
+
+    def on_step(record):
+        if record["step"] == 2:
+            _SignalsInItsFinalizer()  # made and finalized at once: the KeyboardInterrupt never reaches the loop
+
+    result = train(tiny(tmp_path, "swallowed", 0, steps=6), progress=False, on_step=on_step)
+    assert swallowed == [KeyboardInterrupt]  # the handler's exception was swallowed, as in the failure it covers
+    assert result.stopped and result.interrupted_by == "SIGINT" and result.exit_code == 130
+    assert result.history["step"].tolist() == [1, 2]  # no step after the signal
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers given back
 
 
 def test_two_runs_in_threads_give_what_each_gives_alone(tmp_path):

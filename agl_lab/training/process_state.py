@@ -11,10 +11,11 @@ notebook cell runs another), so each is shared, not grabbed:
   policy saved, the trackers closed with their exit records). Every later signal, in any rhythm, is ignored while the
   process stops (with one ``already stopping`` line), so the stopping itself is never interrupted half-way; a process
   that must die now takes SIGKILL. Inside :func:`deferred_signals` (where files are completed: the policy, the last
-  records) even the first signal waits until the block ends. Blocks nest: the outermost one owns the handlers, and the
-  first signal's name stays readable (:func:`stop_requested`, :func:`stopped_by`) until it ends. Only the main thread
-  can install a signal handler; elsewhere the caller's handling stays as it is. A SIGHUP the process was started to
-  ignore (``nohup``) stays ignored.
+  records) even the first signal waits until the block ends; where the work can stop cleanly it asks
+  :func:`raise_if_stopping`, in case the first signal's exception was swallowed on its way (a finalizer). Blocks
+  nest: the outermost one owns the handlers, and the first signal's name stays readable (:func:`stop_requested`,
+  :func:`stopped_by`) until it ends. Only the main thread can install a signal handler; elsewhere the caller's handling
+  stays as it is. A SIGHUP the process was started to ignore (``nohup``) stays ignored.
 * :func:`exit_protected` — once a command has ended, the interpreter's exit hooks (Ray's ``shutdown``) run with the
   stop signals ignored: a late Ctrl-C never prints a traceback from them.
 """
@@ -35,6 +36,7 @@ __all__ = [
     "Terminated",
     "deferred_signals",
     "exit_protected",
+    "raise_if_stopping",
     "reinstall_stop_handlers",
     "signal_exit_code",
     "stop_requested",
@@ -177,6 +179,17 @@ def stop_exception(name: str) -> KeyboardInterrupt:
 def stop_requested() -> str | None:
     """The name of the first stop signal received inside the current :func:`stop_signals` block, or None."""
     return _state.first if _state.depth else None
+
+
+def raise_if_stopping() -> None:
+    """Raise the first stop signal's exception again where work can stop cleanly (before each training step) if the
+    work it should have ended is still going on: on its way up from the handler it met code that swallowed it. Python
+    only prints an exception raised in a finalizer the garbage collector runs (``Exception ignored in ...``), and a
+    run went on to its last step after such a Ctrl-C (seen once in a full suite). In the main thread, inside
+    :func:`stop_signals` and outside :func:`deferred_signals` (a deferred signal is raised when its block ends)."""
+    if threading.current_thread() is threading.main_thread() and _state.depth and _state.first and not _state.deferring:
+        _state.raised = True
+        raise stop_exception(_state.first)
 
 
 def reinstall_stop_handlers() -> None:

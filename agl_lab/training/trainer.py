@@ -52,6 +52,7 @@ from agl_lab.training.policy import build_policy
 from agl_lab.training.preflight import check_trainable
 from agl_lab.training.process_state import (
     deferred_signals,
+    raise_if_stopping,
     signal_exit_code,
     stop_signals,
     stopped_by,
@@ -130,6 +131,7 @@ def _train(
             session = open_session(cfg, tracker_factory=open_tracker)  # undoes itself when stopped half-way
             bar = tqdm(total=steps, desc=f"{cfg.trainer.experiment_name} s{cfg.lab.seed}", disable=not progress)
             for step in range(1, steps + 1):
+                raise_if_stopping()  # a stop signal whose exception something swallowed (a finalizer) ends it here
                 if stop_event is not None and stop_event.is_set():
                     stopped = True
                     break
