@@ -131,12 +131,14 @@ def test_advantages_that_broadcast_over_the_mask_go_to_verls_own_selection():
     assert_same(data_metrics(rows), compute_data_metrics(batch=rows, use_critic=False))
 
 
-def test_a_step_of_2400_rows_through_the_trainers_steps_with_each_mask_dtype():
+def test_a_step_of_2400_rows_through_the_trainers_steps_with_each_mask_dtype(tmp_path):
     cfg = compose_config(dotlist=["algorithm.adv_estimator=grpo_vectorized", "actor_rollout_ref.rollout.n=8",
                                   "actor_rollout_ref.actor.ppo_mini_batch_size=16"])  # fmt: skip
     for mask_dtype in (torch.float32, torch.bool):
-        batch, metrics = compute_advantages(select_rows(make_step(2400, width=96, prompt=32, mask_dtype=mask_dtype),
-                                                        cfg, seed=0)[0], cfg, normalize=False)  # fmt: skip
+        path = tmp_path / f"step-{mask_dtype}.pkl"  # written and read back by verl's own DataProto, as a dump is
+        make_step(2400, width=96, prompt=32, mask_dtype=mask_dtype).save_to_disk(path)
+        rows = DataProto.load_from_disk(path)
+        batch, metrics = compute_advantages(select_rows(rows, cfg, seed=0)[0], cfg, normalize=False)
         theirs = compute_data_metrics(batch=batch, use_critic=False)
         assert_same({key: metrics[key] for key in theirs}, theirs)
         assert len(batch) > 2000 and metrics["critic/advantages/max"] > 0  # a real step: rows kept, signal in it

@@ -31,8 +31,8 @@ def data_metrics(batch: DataProto) -> dict[str, Any]:
     (see the module). ``batch`` is not modified."""
     tensors = batch.batch
     mask = tensors["response_mask"]  # (rows, R)
-    shapes = any(tensors[key].shape != mask.shape or tensors[key].device != mask.device for key in CRITIC_TOKEN_STATS)
-    if len(batch) == 0 or shapes or mask.device.type != "cpu":
+    unlike = any(tensors[key].shape != mask.shape or tensors[key].device != mask.device for key in CRITIC_TOKEN_STATS)
+    if len(batch) == 0 or unlike or mask.device.type != "cpu":
         return compute_data_metrics(batch=batch, use_critic=False)  # empty, broadcast or on a GPU: verl's own way
     mask = mask.detach()
     chosen = (mask if mask.dtype == torch.bool else mask != 0).numpy()  # (rows, R) where .bool() is true (NaN too)
