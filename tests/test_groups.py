@@ -4,6 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agl_lab.core.groups import as_ids, group_key, group_rows, non_tensor_ids, uniform_groups
 from conftest import make_rows
@@ -19,6 +21,21 @@ def test_group_rows_orders_groups_by_first_appearance_like_a_dict():
     assert groups.first_rows.tolist() == [v[0] for v in expected.values()]
     assert groups.sizes.tolist() == [len(v) for v in expected.values()]
     assert groups.codes.tolist() == [0, 1, 0, 2, 1, 3, 3]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(-3, 40), st.sampled_from(["p0/r0", "p0/r1", "p1/r0", ""])), max_size=60))
+def test_group_rows_first_rows_are_where_each_id_first_occurs(values):
+    ids = np.empty(len(values), dtype=object)
+    ids[:] = values
+    groups = group_rows(ids, field="rollout_id_list")
+    first: dict = {}
+    for i, x in enumerate(values):
+        first.setdefault(x, i)
+    assert groups.first_rows.dtype == np.int64
+    assert groups.first_rows.tolist() == list(first.values())
+    assert groups.first_rows.tolist() == np.unique(groups.codes, return_index=True)[1].tolist()
+    assert groups.ids.tolist() == list(first)
 
 
 def test_group_rows_refuses_missing_and_unhashable_ids():
