@@ -2,11 +2,15 @@
 
 import json
 
+import numpy as np
+import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 from test_curves_figures import short_run_history
 
+from agl_lab.curves.bands import bands
 from agl_lab.curves.history import long_form
+from agl_lab.curves.plotly_curves import panel_traces
 from agl_lab.training.runs import finished_runs
 from agl_lab.ui.curve_view import CurveView
 
@@ -93,3 +97,43 @@ def test_the_loss_scale_reference_is_a_line_across_its_panel_from_the_mode_catal
     assert [(s.xref, s.yref, s.y0, s.y1, s.name) for s in shapes] == [
         ("x4 domain", "y4", 1.0, 1.0, "token-mean: 1 (catalogue: Σ w = mini-batches per step)")
     ]
+
+
+@pytest.mark.parametrize(("band", "smoothing"), [("std", 0.6), ("ci95", 0.0), ("seeds", 0.9)])
+def test_every_drawn_curve_is_bands_numbers_for_its_setting_and_metric(band, smoothing):
+    # three settings, two or three seeds of ragged lengths, a NaN, and a setting whose curves copy another's: each
+    # bold line, band and faint logged line must be bands()' own numbers for its (setting, metric)
+    rng = np.random.default_rng(3)
+    parts = []
+    for setting, seeds in (("both_on", 3), ("off", 2), ("rl_only", 1)):
+        for seed in range(seeds):
+            steps = int(rng.integers(4, 12))
+            history = pd.DataFrame({"step": np.arange(1, steps + 1), "lab/success_rate": rng.random(steps),
+                                    "training/n_sample": rng.integers(8, 20, steps).astype(float)})  # fmt: skip
+            history.loc[2, "lab/success_rate"] = np.nan
+            parts.append(long_form(history, setting=setting, seed=seed).assign(run=f"{setting}/seed-{seed}"))
+    table = pd.concat(parts, ignore_index=True)
+    table = pd.concat([table, table[table.setting == "off"].assign(setting="copy", run="copy")], ignore_index=True)
+    traces = panel_traces(table, band=band, smoothing=smoothing)
+    checked = 0
+    for metric in ("lab/success_rate", "training/n_sample"):
+        stats = bands(table, [metric], band=band, smoothing=smoothing)
+        logged = bands(table, [metric], band="seeds")
+        for key, trace in traces.items():
+            if not key.startswith("mean|"):
+                continue
+            _kind, _panel, drawn_metric, group = key.split("|")
+            if drawn_metric != metric:
+                continue
+            settings = group.split("+")
+            assert ("off" in settings) == ("copy" in settings)  # the copy shares the curve it copies
+            own = stats[stats.setting == settings[0]].sort_values("step")
+            np.testing.assert_array_equal(trace["x"], own.step.to_numpy(float))
+            np.testing.assert_array_equal(trace["y"], own["mean"].to_numpy(float))
+            as_logged = logged[logged.setting == settings[0]].sort_values("step")["mean"]
+            assert [row[2] for row in trace["customdata"]] == [f"{v:.4g}" for v in as_logged]
+            if f"band|{key[5:]}" in traces:
+                edge = traces[f"band|{key[5:]}"]["y"]
+                np.testing.assert_array_equal(edge, np.r_[own["high"].to_numpy(), own["low"].to_numpy()[::-1]])
+            checked += 1
+    assert checked == 2 * 3  # per metric: both_on, off and its copy as one, rl_only

@@ -25,7 +25,8 @@ Notebook: ``notebooks/04_reproduce_curves.ipynb``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,7 +35,7 @@ from scipy.stats import t as student_t
 from agl_lab.curves.band_kinds import BAND_LABELS, Band
 from agl_lab.curves.metrics import metric_bounds
 
-__all__ = ["BAND_LABELS", "Band", "bands", "same_curve_groups", "smoothed"]
+__all__ = ["BAND_LABELS", "Band", "band_stats", "bands", "group_same_curves", "same_curve_groups", "smoothed"]
 
 
 def bands(
@@ -45,9 +46,13 @@ def bands(
 
     ``smoothing`` > 0 first smooths each run (per seed) with the debiased EMA of :func:`smoothed`.
     """
-    if band not in BAND_LABELS:
-        raise ValueError(f"band must be one of {list(BAND_LABELS)}, got {band!r}")
-    data = smoothed(table, metrics, smoothing=smoothing)
+    _check_band(band)
+    return band_stats(smoothed(table, metrics, smoothing=smoothing), band=band)
+
+
+def band_stats(data: pd.DataFrame, *, band: Band = "std") -> pd.DataFrame:
+    """:func:`bands` of rows already smoothed (or as logged): ``data`` as :func:`smoothed` returns it."""
+    _check_band(band)
     groups = data.groupby(["setting", "metric", "step"], dropna=False)["value"]
     out = groups.agg(mean="mean", n_seeds="count").reset_index()
     spread = groups.std(ddof=1).fillna(0.0).to_numpy()  # (points,): 0 where one seed
@@ -62,6 +67,11 @@ def bands(
     out["low"] = np.maximum(out["mean"] - spread, low)
     out["high"] = np.minimum(out["mean"] + spread, high)
     return out[["setting", "metric", "step", "mean", "low", "high", "n_seeds"]]
+
+
+def _check_band(band: str) -> None:
+    if band not in BAND_LABELS:
+        raise ValueError(f"band must be one of {list(BAND_LABELS)}, got {band!r}")
 
 
 def smoothed(table: pd.DataFrame, metrics: Sequence[str] | None = None, *, smoothing: float = 0.0) -> pd.DataFrame:
@@ -83,11 +93,16 @@ def smoothed(table: pd.DataFrame, metrics: Sequence[str] | None = None, *, smoot
 def same_curve_groups(stats: pd.DataFrame, order: Sequence[str]) -> list[list[str]]:
     """The settings of ``stats`` (one metric's :func:`bands`) grouped by identical curves (step, mean and band, step
     by step), in ``order``: a curve several settings share (the rollouts per step, say) is drawn once."""
-    parts = {s: part.sort_values("step")[["step", "mean", "low", "high"]].to_numpy(float)
-             for s, part in stats.groupby("setting", sort=False)}  # fmt: skip
+    curves = {s: part.sort_values("step")[["step", "mean", "low", "high"]].to_numpy(float)
+              for s, part in stats.groupby("setting", sort=False)}  # fmt: skip
+    return group_same_curves(curves, order)
+
+
+def group_same_curves(curves: Mapping[Any, np.ndarray], order: Sequence[str]) -> list[list[str]]:
+    """:func:`same_curve_groups` of curves already apart: setting → (steps, 4) step, mean, low, high in step order."""
     groups: list[list[str]] = []
-    for name in (s for s in order if s in parts):
-        same = next((g for g in groups if _same(parts[g[0]], parts[name])), None)
+    for name in (s for s in order if s in curves):
+        same = next((g for g in groups if _same(curves[g[0]], curves[name])), None)
         if same:
             same.append(name)
         else:

@@ -14,14 +14,14 @@ step, a new training step) and rebuilds them only when what is drawn changes (an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from agl_lab.curves.bands import Band, bands, same_curve_groups, smoothed
+from agl_lab.curves.bands import Band, band_stats, group_same_curves, smoothed
 from agl_lab.curves.metrics import metric_info
 from agl_lab.curves.panels import PANELS, panel_lines, panel_reference, panel_ylabel
 from agl_lab.curves.style import (
@@ -107,30 +107,42 @@ def panel_traces(
 
 
 class _Curves:
-    """The table's statistics, split once by metric and setting, and the traces of one curve drawn from them."""
+    """The table's statistics, split once by metric and setting, and the traces of one curve drawn from them.
+
+    The rows are smoothed once; the statistics of the smoothed and of the logged values come from one grouping each,
+    and are cut into each (metric, setting)'s curve by position (they come sorted by setting, metric and step): a
+    smoothing step at the training panel's sizes was ~90 ms of pandas splitting and regrouping, most of a redraw.
+    """
 
     def __init__(self, table: pd.DataFrame, metrics: list[str], band: Band, smoothing: float) -> None:
         self.smoothing = smoothing
         self.colours = setting_colours(table.setting.dropna().unique()) if len(table) else {}
         self.order = [str(s) for s in table.setting.drop_duplicates()] if len(table) else []
         self.legend_done: set[str] = set()
-        self.stats: dict[str, pd.DataFrame] = {}
-        self.parts: dict[tuple, pd.DataFrame] = {}
-        self.runs: dict[tuple, pd.DataFrame] = {}
+        self.curves: dict[str, dict[Any, np.ndarray]] = {}  # metric → setting → (steps, 4) step, mean, low, high
+        self.parts: dict[tuple, _Part] = {}
         if not metrics:
             return
-        stats = bands(table, metrics, band=band, smoothing=smoothing)
-        stats["logged"] = bands(table, metrics, band="seeds")["mean"].to_numpy()  # same groups, same order
         runs = smoothed(table, metrics, smoothing=smoothing)
-        runs["logged"] = smoothed(table, metrics).value.to_numpy()  # smoothed() keeps the rows' order
-        self.stats = dict(list(stats.groupby("metric", sort=False)))
-        self.parts = {key: part for key, part in stats.groupby(["metric", "setting"], sort=False)}
-        self.runs = {key: part for key, part in runs.groupby(["metric", "setting"], sort=False)}
+        runs["logged"] = smoothed(table, metrics).value.to_numpy() if smoothing > 0 else runs.value.to_numpy()
+        stats = band_stats(runs, band=band)  # sorted by setting, metric, step
+        keys = ["setting", "metric", "step"]
+        logged = runs.groupby(keys, dropna=False)["logged"].mean().to_numpy()  # the same groups, the same order
+        setting, metric = stats.setting.to_numpy(), stats.metric.to_numpy()
+        pair = pd.factorize(setting)[0] * (len(metrics) + 1) + pd.factorize(metric)[0]  # (points,)
+        starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
+        ends = np.r_[starts[1:], len(pair)]
+        columns = [stats[c].to_numpy(float) for c in ("step", "mean", "low", "high", "n_seeds")] + [logged]
+        compared = np.column_stack(columns[:4])  # what makes two settings' curves the same
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+            self.parts[(metric[a], setting[a])] = _Part(*(c[a:b] for c in columns))
+            self.curves.setdefault(metric[a], {})[setting[a]] = compared[a:b]
+        self.runs, self.run_rows = runs, runs.groupby(["metric", "setting"], sort=False).indices
         own = table.groupby("setting", sort=False)
         self.labels = {str(s): _run_label(part) for s, part in own}
 
     def groups(self, metric: str) -> list[list[str]]:
-        return same_curve_groups(self.stats[metric], self.order)
+        return group_same_curves(self.curves[metric], self.order)
 
     def traces(self, panel: str, metric: str, group: list[str], *, dash: str, axes: dict) -> dict[str, dict]:
         """Band, seeds, values as logged and the bold line of one setting's curve (or of settings sharing it)."""
@@ -146,7 +158,8 @@ class _Curves:
         if n > 1:
             out[f"band|{key}"] = dict(base, **_band(part), fillcolor=colour, opacity=BAND_OPACITY, showlegend=False,
                                       hoverinfo="skip")  # fmt: skip
-            out[f"seeds|{key}"] = dict(base, **_seed_lines(self.runs[(metric, setting)]), name=setting, opacity=0.45,
+            seeds_of = self.runs.take(self.run_rows[(metric, setting)])
+            out[f"seeds|{key}"] = dict(base, **_seed_lines(seeds_of), name=setting, opacity=0.45,
                                        line=dict(color=colour, width=LINE_WIDTH["seed"], dash=dash), showlegend=False,
                                        hovertemplate=hover)  # fmt: skip
         smooth = self.smoothing > 0
@@ -156,7 +169,7 @@ class _Curves:
         run, seeds = self.labels[setting]
         data = _objects([(run, seeds, f"{v:.4g}") for v in part.logged])
         label = f"{name}: same for every setting (n={n})" if shared else f"{setting} (n={n})"
-        out[f"mean|{key}"] = dict(base, x=_c(part.step), y=_c(part["mean"]), name=label, customdata=data,
+        out[f"mean|{key}"] = dict(base, x=_c(part.step), y=_c(part.mean), name=label, customdata=data,
                                   showlegend=shared or setting not in self.legend_done, hovertemplate=hover,
                                   line=dict(color=colour, width=LINE_WIDTH["smoothed"], dash=dash))  # fmt: skip
         self.legend_done.add(setting)
@@ -193,10 +206,22 @@ def _c(values) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(values, dtype=float))
 
 
-def _band(part: pd.DataFrame) -> dict[str, Any]:
+class _Part(NamedTuple):
+    """One setting's curve of one metric, step by step: the statistics over its seeds (smoothed) and the mean as
+    logged."""
+
+    step: np.ndarray
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    n_seeds: np.ndarray
+    logged: np.ndarray
+
+
+def _band(part: _Part) -> dict[str, Any]:
     """The band as one closed polygon: the upper edge left to right, the lower edge back."""
-    x = np.concatenate([part.step.to_numpy(float), part.step.to_numpy(float)[::-1]])
-    y = np.concatenate([part["high"].to_numpy(float), part["low"].to_numpy(float)[::-1]])
+    x = np.concatenate([part.step, part.step[::-1]])
+    y = np.concatenate([part.high, part.low[::-1]])
     return dict(x=_c(x), y=_c(y), fill="toself", line=dict(width=0))
 
 
