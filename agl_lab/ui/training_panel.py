@@ -99,6 +99,15 @@ class TrainingPanel:
         More turns than the config's row limits fit (``lab.max_turns``, ``level``) add the raised limits
         (:func:`agl_lab.config.task_rows.fitting_limits`), so the panel's rows are never cut for its own knobs.
         """
+        return self._config_and_settings()[1]
+
+    def config(self) -> DictConfig:
+        """The panel's config with the widgets' values applied."""
+        return self._config_and_settings()[0]
+
+    def _config_and_settings(self) -> tuple[DictConfig, dict[str, Any]]:
+        """:meth:`config` and :meth:`settings` from one copy of the config (a copy of verl's whole tree is most of
+        what Run costs before the run starts)."""
         c = self.controls
         values = {
             **control_overrides(c),
@@ -110,11 +119,11 @@ class TrainingPanel:
             SEED: int(c["seed"].value),
             **self.curves.settings(),
         }
-        return {**values, **fitting_limits(self._applied(values))}
-
-    def config(self) -> DictConfig:
-        """The panel's config with the widgets' values applied."""
-        return self._applied(self.settings())
+        cfg = self._applied(values)
+        limits = fitting_limits(cfg)
+        for key, value in limits.items():
+            OmegaConf.update(cfg, key, value, merge=False)
+        return cfg, {**values, **limits}
 
     def restore(self, cfg: DictConfig) -> None:
         """Set every control from ``cfg`` (a finished run's config): the settings, task knobs, steps and seed."""
@@ -135,7 +144,7 @@ class TrainingPanel:
             return
         from agl_lab.training.runs import create_run_dir
 
-        cfg = self.config()
+        cfg, settings = self._config_and_settings()
         cfg.lab.run_dir = None
         cfg.lab.run_dir = str(create_run_dir(cfg))  # chosen now, so the panel can show it from the first step
         self.setting = demo_setting_name(cfg)
@@ -143,7 +152,7 @@ class TrainingPanel:
         self._stop_event.clear()
         self.run_button.disabled, self.stop_button.disabled = True, False
         self.links.value = f"Run directory: <code>{html.escape(_shown(cfg.lab.run_dir))}</code>"
-        self.status.value = f"Starting ({html.escape(' '.join(format_dotlist(self.settings())))}) …"
+        self.status.value = f"Starting ({html.escape(' '.join(format_dotlist(settings)))}) …"
         self._thread = threading.Thread(target=self._train, args=(cfg,), name="agl-lab-training", daemon=True)
         self._thread.start()
 
