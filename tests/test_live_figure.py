@@ -72,6 +72,24 @@ def test_after_a_view_has_drawn_an_update_is_one_message_of_what_changed(live):
     assert bar.error_y.array[0] == 0.5 and live.figure.layout.xaxis.range == (-1, 2)
 
 
+def test_layout_keys_at_their_current_value_are_left_out_and_no_change_sends_nothing(live):
+    # plotly redraws every axis an update names, at its old range too: only what changed goes
+    from_browser(live, {"type": "shown"})
+    live.update(layout={"xaxis.range": [0, 3], "yaxis.range": [0, 8], "xaxis.ticktext": ["a", "b"]})
+    (first,) = sent("update")
+    assert first["layout"] == {"yaxis.range": [0, 8], "xaxis.ticktext": ["a", "b"]}  # the x range was [0, 3]
+    SENT.clear()
+    live.update(layout={"xaxis.range": np.array([0.0, 3.0]), "yaxis.range": [0, 8], "xaxis.ticktext": ["a", "b"]})
+    assert sent("update") == []
+    live.update({0: {"y": [1.0, 2.0, 3.0]}}, {"yaxis.range": [0, 9], "xaxis.ticktext": ["a", "c"]})
+    (update,) = sent("update")
+    assert update["traces"] == [0] and update["layout"] == {"yaxis.range": [0, 9], "xaxis.ticktext": ["a", "c"]}
+    SENT.clear()
+    live.update(layout={"yaxis.range": [np.nan, 9]})  # NaN never counts as unchanged
+    live.update(layout={"yaxis.range": [np.nan, 9]})
+    assert len(sent("update")) == 2
+
+
 def test_a_view_drawn_later_gets_the_current_figure(live):
     from_browser(live, {"type": "shown"})
     live.update({0: {"y": [9.0, 9.0, 9.0]}})

@@ -8,6 +8,7 @@ import comm
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.ticker import MaxNLocator
 
 from agl_lab import LOSS_MODES, compose_config
 from agl_lab.config.modes import mode_from_config
@@ -115,12 +116,24 @@ def test_a_mode_change_moves_the_points_and_the_shading_without_recomputing(pane
 
 
 def test_every_axis_has_a_range_that_holds_its_data(panel):
-    # a frame without a redraw does not autorange: the panel gives every axis its range, and each update the ones
-    # that changed
+    # a frame without a redraw does not autorange: the panel gives every axis its range, round to its ticks, and
+    # each update only the ones that changed (plotly redraws every axis an update names)
     figure_updates()
+    before = [panel.bars.widget.figure.layout, panel.scatter.widget.figure.layout]
     panel.controls["seed"].value = 3
     bars, scatter = figure_updates()
-    assert "yaxis.range" in bars["layout"] and "yaxis.range" in scatter["layout"]
+    for update, old, figure in ((bars, before[0], panel.bars.widget), (scatter, before[1], panel.scatter.widget)):
+        assert update["layout"], "a new seed moves some axis or tick text"
+        for path, value in update["layout"].items():
+            *parents, last = path.split(".")
+            assert list(old[parents[0]][last]) != list(value), path  # sent because it changed
+        for axis in [a for a in figure.figure.layout if a.startswith(("xaxis", "yaxis"))]:
+            low, high = figure.figure.layout[axis].range
+            if axis.startswith("y"):  # values (the x axes hold columns: half a column beyond the first and last)
+                ticks = MaxNLocator(nbins=5).tick_values(low, high)
+                assert (ticks[0], ticks[-1]) == pytest.approx((low, high)), axis  # its own ticks at both ends
+            if f"{axis}.range" not in update["layout"]:
+                assert tuple(old[axis].range) == (low, high), axis
     for figure, axes in ((panel.bars.widget.figure, ("", "2", "3")), (panel.scatter.widget.figure, ("",))):
         for axis in axes:
             x_low, x_high = figure.layout[f"xaxis{axis}"].range

@@ -10,6 +10,7 @@ which bars there are. Inputs are the tidy frames of :class:`agl_lab.lab.weightin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -106,14 +107,15 @@ def class_weights(
     sums = np.bincount(key, weights=flat, minlength=n_groups)
     alive = counts > 0
     stats[0, alive] = sums[alive] / counts[alive]
-    for group in np.flatnonzero(alive):
-        values_of = grouped[starts[group] : starts[group] + counts[group]]
-        last = counts[group] - 1
-        position = np.array([0.1, 0.9]) * last  # numpy's "linear" percentile positions
-        low = np.floor(position).astype(np.int64)
-        high = np.minimum(low + 1, last)
-        ranked = np.partition(values_of, sorted({*low.tolist(), *high.tolist()}))
-        stats[1:, group] = ranked[low] + (position - low) * (ranked[high] - ranked[low])
+    for group, start, count in zip(*(a[alive].tolist() for a in (np.arange(n_groups), starts, counts)), strict=True):
+        last = count - 1
+        # numpy's "linear" percentiles at positions 0.1·last and 0.9·last: the order statistics either side of each
+        positions = [(q * last, math.floor(q * last)) for q in (0.1, 0.9)]
+        kth = sorted({k for _, low in positions for k in (low, min(low + 1, last))})
+        ranked = np.partition(grouped[start : start + count], kth)
+        for row, (position, low) in enumerate(positions, start=1):
+            below, above = ranked[low], ranked[min(low + 1, last)]
+            stats[row, group] = below + (position - low) * (above - below)
     column = np.searchsorted(distinct, of_mode)  # (modes,) each mode's distinct column
     stats = stats.reshape(3, n_classes, n_distinct)[:, :, column]  # (3, classes, modes)
     n_modes = len(modes)

@@ -10,7 +10,8 @@ it.
 A ``LiveFigure`` is an anywidget around plotly.js itself:
 
 * Python keeps the figure as plotly JSON.
-* :meth:`LiveFigure.update` sends the traces and layout keys that changed as one message.
+* :meth:`LiveFigure.update` sends the traces and layout keys that changed as one message (a layout key at its
+  current value is left out: plotly redraws an axis for any key of it that an update names).
 * The browser draws each update as a zero-length ``Plotly.animate`` frame without the closing redraw: the traces and
   the axes' ranges move, while the legend and the layout stay as drawn. Give every axis its range, since nothing
   autoranges. Curves whose axes follow their data ask for a full redraw instead (``frame=False``: plotly's own
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import operator
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -125,11 +127,14 @@ class LiveFigure(anywidget.AnyWidget):
         frame: bool = True,
     ) -> None:
         """Set ``traces`` (trace index → {property: value}, dotted paths like ``error_y.array`` allowed) and
-        ``layout`` (dotted paths like ``yaxis2.range``): one message. ``frame``: drawn as one animation frame, where
-        nothing autoranges (give every axis its range); False: redrawn in full with autoranged axes (slower; for
-        curves whose axes follow the data)."""
-        traces, layout = dict(traces or {}), dict(layout or {})
+        ``layout`` (dotted paths like ``yaxis2.range``; keys at their current value are left out): one message, none
+        when nothing changed. ``frame``: drawn as one animation frame, where nothing autoranges (give every axis its
+        range); False: redrawn in full with autoranged axes (slower; for curves whose axes follow the data)."""
+        traces = dict(traces or {})
         with self._lock:
+            # a layout key sent redraws what it names (an axis: its ticks, grid and labels) even at its old value
+            layout = {path: value for path, value in (layout or {}).items()
+                      if not _same_value(_get_path(self._state["layout"], path), value)}  # fmt: skip
             for index, style in traces.items():
                 for path, value in style.items():
                     _set_path(self._state["data"][index], path, value)
@@ -137,6 +142,8 @@ class LiveFigure(anywidget.AnyWidget):
                 _set_path(self._state["layout"], path, value)
             if not self._shown:  # no view yet: the figure it will draw first
                 self._figure = to_json_plotly(self._state)
+                return
+            if not traces and not layout:
                 return
             message = {"traces": list(traces), "data": [dict(style) for style in traces.values()], "layout": layout,
                        "frame": frame}  # fmt: skip
@@ -184,6 +191,31 @@ def _arrays(node: Any) -> Any:
     if isinstance(node, list):
         return [_arrays(value) for value in node]
     return node
+
+
+_MISSING = object()
+
+
+def _get_path(node: dict[str, Any], path: str) -> Any:
+    try:
+        return functools.reduce(operator.getitem, path.split("."), node)
+    except (KeyError, TypeError, IndexError):  # not set yet (or a value where the path goes on)
+        return _MISSING
+
+
+def _same_value(old: Any, new: Any) -> bool:
+    """Whether a layout value is unchanged (arrays and lists element by element; NaN never counts as unchanged)."""
+    if old is _MISSING:
+        return False
+    if isinstance(old, list | tuple | np.ndarray) or isinstance(new, list | tuple | np.ndarray):
+        try:
+            return bool(np.array_equal(np.asarray(old), np.asarray(new)))
+        except (TypeError, ValueError):  # ragged or mixed values: send them
+            return False
+    try:
+        return bool(old == new)
+    except (TypeError, ValueError):
+        return False
 
 
 def _set_path(node: dict[str, Any], path: str, value: Any) -> None:

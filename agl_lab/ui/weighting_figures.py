@@ -14,6 +14,10 @@ Titles that change live in the panel's HTML, not in the figures. What made a red
 * plotly measuring every tick label to hide those past the page's edge, each measurement a layout of the whole
   notebook: off with ``ticklabeloverflow="allow"``.
 * The legend pushing the margins: ``autoexpand=False``.
+* Every axis an update names redrawn (ticks, grid, labels), at its old range too: the value axes are rounded out to
+  their ticks (:func:`tick_range`), so most changes leave them where they are, and ``LiveFigure`` leaves out layout
+  keys at their current value. In an empty page a bars update with its axes moving took 26.6 ms of the page's main
+  thread, one without 18.0 ms; the scatter's 15.8 and 11.4 ms.
 * 7,200 WebGL points read back from a software GPU: the scatter now draws a few hundred SVG markers.
 * plotly ``FigureWidget``'s two-way protocol: see :mod:`agl_lab.ui.live_figure`.
 
@@ -27,6 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+from matplotlib.ticker import MaxNLocator
 from plotly.subplots import make_subplots
 
 from agl_lab.core.pipeline import FATES
@@ -34,13 +39,21 @@ from agl_lab.lab.batch_figures import FATE_STYLE
 from agl_lab.lab.class_stats import MAX_CLASS, ClassWeights
 from agl_lab.ui.live_figure import LiveFigure
 
-__all__ = ["GROUP_COLOURS", "WeightBars"]
+__all__ = ["GROUP_COLOURS", "WeightBars", "tick_range"]
 
 _CLASS_COLOURS = ("#414487", "#2a788e", "#22a884", "#7ad151", "#bddf26", "#fde725")  # viridis, 1..6+ rows
 GROUP_COLOURS = ("#2ca02c", "#d62728", "#9e9e9e")  # higher reward, lower reward, no row kept
 _FATE_COLOURS = {"kept": "#1f77b4", "dropped/same_reward": "#ff7f0e", "dropped/random": "#d62728",
                  "dropped/marked": "#7f7f7f"}  # fmt: skip
 _SHADE = 0.45  # half the width of the shown mode's shading, in mode ticks
+
+
+def tick_range(low: float, high: float) -> list[float]:
+    """``[low, high]`` widened to the ticks around it (matplotlib's ``MaxNLocator``, up to 5 intervals): an axis
+    range that moves only when the data leave those ticks. Each axis an update names is redrawn (ticks, grid,
+    labels), about a third of the panel's figure updates in the browser when every range moved with the data."""
+    ticks = MaxNLocator(nbins=5).tick_values(low, high)
+    return [float(ticks[0]), float(ticks[-1])]
 
 
 class WeightBars:
@@ -111,8 +124,10 @@ class WeightBars:
                 traces[len(traces)] = {"x": columns, "y": stack, "base": bottom}
                 bottom = bottom + stack
             layout[f"xaxis{axis}.range"] = [0.5, counts.shape[1] + 0.5]
-            layout[f"yaxis{axis}.range"] = [0, max(float(bottom.max(initial=0)), 1.0) * 1.08]
-        self.top = float(np.nanmax(np.concatenate([stats.high.ravel(), stats.mean.ravel(), [1.0]]))) * 1.08
+            layout[f"yaxis{axis}.range"] = tick_range(0.0, max(float(bottom.max(initial=0)), 1.0) * 1.08)
+        self.top = tick_range(
+            0.0, float(np.nanmax(np.concatenate([stats.high.ravel(), stats.mean.ravel(), [1.0]]))) * 1.08
+        )[1]
         traces[self.shading] = self.highlight(highlight)
         # the batch's loss scale under each mode's tick (a tick text is one key; an annotation per mode is 2 each)
         ticks = [f"{tick} <b>Σ={total:.3g}</b>" for tick, total in zip(self.ticks, stats.totals, strict=True)]
