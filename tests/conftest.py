@@ -195,20 +195,22 @@ AGL_LAB = str(Path(sys.executable).parent / "agl-lab")
 # Under ``nohup`` a child inherits the ignored SIGHUP, and agl-lab keeps ignoring it (as ``nohup`` asks): the child
 # first puts SIGHUP back to its default, then becomes agl-lab (exec keeps a default handler; same pid). Not a
 # ``preexec_fn``, which is unsafe beside the threads a test process holds.
-HANGUP_DEFAULT = (
-    "import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+SIGNALS_DEFAULT = (
+    "import os, signal, sys; [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGHUP, signal.SIGINT)]; "
+    "os.execv(sys.argv[1], sys.argv[1:])"
 )
 
 
 def start_agl_lab(args, *, cwd, env=None):
-    """``agl-lab args`` as a terminal starts it: SIGHUP at its default, even when the tests run under ``nohup``."""
+    """``agl-lab args`` as a terminal starts it: SIGHUP and SIGINT at their defaults, even when the tests run under
+    ``nohup`` (SIGHUP ignored) or as a background job of a script (SIGINT ignored, and Python keeps it ignored)."""
     import signal
     import subprocess
 
     env = {**os.environ, "WANDB_SILENT": "true", "HOME": str(cwd), **(env or {})}
     command = [AGL_LAB, *map(str, args)]
-    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
-        command = [sys.executable, "-c", HANGUP_DEFAULT, *command]
+    if signal.SIG_IGN in (signal.getsignal(signal.SIGHUP), signal.getsignal(signal.SIGINT)):
+        command = [sys.executable, "-c", SIGNALS_DEFAULT, *command]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
 
 
