@@ -37,7 +37,7 @@ from jupyter_browser import (
     save,
     wait_idle,
 )
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Locator, Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -297,6 +297,22 @@ def hover_label(page: Page, x: float, y: float, tries: int = 3) -> str:
     raise AssertionError(f"no hover label at ({x:.0f}, {y:.0f})")
 
 
+DRAWN_Y_JS = "gd => Array.from(gd._fullData[0].y)"  # the first trace's y values as drawn
+OUT_OF_VIEW_JS = "gd => { const r = gd.getBoundingClientRect(); return r.top >= innerHeight || r.bottom <= 0; }"
+
+
+def wait_drawn_again(page: Page, graph: Locator, before: list, message: str) -> None:
+    """Wait until ``graph`` has drawn y values other than ``before`` in its first trace."""
+    try:
+        page.wait_for_function(
+            "([gd, before]) => JSON.stringify(Array.from(gd._fullData[0].y)) !== JSON.stringify(before)",
+            arg=[graph.element_handle(), before],
+            timeout=30_000,
+        )
+    except PlaywrightTimeoutError as exc:
+        raise AssertionError(message) from exc
+
+
 def check_weighting_panel(page: Page) -> None:
     """Hovering a rollout shows its details, clicking it lists its rows, a control change redraws the figures."""
     assert_panel_controls(page)
@@ -318,15 +334,21 @@ def check_weighting_panel(page: Page) -> None:
         .filter(has=page.locator("option", has_text="verl seq-mean-token-mean"))
         .first
     )
-    before = scatter.evaluate("(gd) => Array.from(gd._fullData[0].y)")
+    before = scatter.evaluate(DRAWN_Y_JS)
     timings["loss mode"] = timer.time(mode, lambda: mode.select_option(label="verl seq-mean-token-mean"))
-    after = scatter.evaluate("(gd) => Array.from(gd._fullData[0].y)")
-    assert after != before, "the rollouts' masses did not move with the loss mode"
+    wait_drawn_again(page, scatter, before, "the rollouts' masses did not move with the loss mode")
     table.wait_for(state="visible")  # the clicked rollout's rows stay listed, now under the new mode
     cap = page.locator(f"{PANEL} .jp-OutputArea .widget-inline-hbox").filter(has_text="max_ppo_update_times").first
     seed = page.locator(f"{PANEL} .jp-OutputArea .widget-inline-hbox").filter(has_text="seed").locator("input").first
+    seed.scroll_into_view_if_needed()
+    before = scatter.evaluate(DRAWN_Y_JS)
     timings["seed"] = timer.time(seed, lambda: (seed.fill("3"), seed.press("Enter")))
     assert cap.is_visible()
+    if scatter.evaluate(OUT_OF_VIEW_JS):
+        # out of view the figure took the change into its data without drawing it; in view it draws it
+        assert scatter.evaluate(DRAWN_Y_JS) == before, "a figure out of view was drawn"
+        scatter.scroll_into_view_if_needed()
+    wait_drawn_again(page, scatter, before, "the rollouts' masses did not move with the seed")
     wait_idle(page)  # leave no work behind for the next notebook
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "01_browser_timings.json").write_text(json.dumps(timings, indent=1))

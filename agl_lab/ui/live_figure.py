@@ -20,6 +20,9 @@ A ``LiveFigure`` is an anywidget around plotly.js itself:
 * plotly.js is the ``plotly`` package's own bundle. It comes with each figure's state, as ``FigureWidget``'s does,
   and the page evaluates it once.
 * A view drawn after updates (a second display, a reloaded page) asks for the current figure.
+* A view out of sight (scrolled away, a hidden tab or output) takes updates into its data without drawing, and draws
+  once when it comes into view (an ``IntersectionObserver``): notebook 01's rollout scatter sits below the bars, out
+  of sight while its controls are changed on a laptop's screen, and drawing it was a third of the page's work.
 
 :attr:`LiveFigure.figure` builds a validated ``go.Figure`` of the current state, for reading.
 Used by :mod:`agl_lab.ui.weighting_figures` and :mod:`agl_lab.ui.rollout_scatter` (notebook 01, frames) and
@@ -71,27 +74,45 @@ export default {
       const p = event.points[0];
       model.send({type: "click", trace: p.curveNumber, point: p.pointNumber});
     });
+    // the changes into the drawn figure's own data and layout, then plotly's diff of the whole figure
+    const apply = (u) => {
+      u.traces.forEach((t, k) => Object.entries(u.data[k]).forEach(([path, v]) => setPath(gd.data[t], path, v)));
+      Object.entries(u.layout).forEach(([path, v]) => setPath(gd.layout, path, v));
+    };
+    const redraw = () => {
+      gd.layout.datarevision = (gd.layout.datarevision || 0) + 1;
+      return Plotly.react(gd, gd.data, gd.layout, CONFIG);
+    };
+    // Out of view (scrolled away, a hidden tab or output) a figure only takes the changes into its data; it is
+    // drawn once, when it comes into view.
+    let inView = true, stale = false;
+    const observer = new IntersectionObserver((entries) => {
+      inView = entries[entries.length - 1].isIntersecting;
+      if (inView && stale) { stale = false; redraw(); }
+    });
+    observer.observe(gd);
     const onFigure = () => draw(model.get("_figure"));
     const onMessage = (msg) => {
       if (msg.type === "update") {
         const u = JSON.parse(msg.json);
-        if (u.frame) {
-          Plotly.animate(gd, {data: u.data, traces: u.traces, layout: u.layout}, FRAME);
-          return;
-        }
-        // a full redraw, axes autoranged: the changes into the drawn figure's own data, then plotly's diff
-        u.traces.forEach((t, k) => Object.entries(u.data[k]).forEach(([path, v]) => setPath(gd.data[t], path, v)));
-        Object.entries(u.layout).forEach(([path, v]) => setPath(gd.layout, path, v));
-        gd.layout.datarevision = (gd.layout.datarevision || 0) + 1;
-        Plotly.react(gd, gd.data, gd.layout, CONFIG);
+        if (!inView) { apply(u); stale = true; return; }
+        if (u.frame) { Plotly.animate(gd, {data: u.data, traces: u.traces, layout: u.layout}, FRAME); return; }
+        apply(u);
+        redraw();  // a full redraw, axes autoranged
       } else if (msg.type === "figure") {
+        if (!inView) { const f = JSON.parse(msg.json); gd.data = f.data; gd.layout = f.layout; stale = true; return; }
         draw(msg.json);
       }
     };
     model.on("change:_figure", onFigure);
     model.on("msg:custom", onMessage);
     model.send({type: "shown"});
-    return () => { model.off("change:_figure", onFigure); model.off("msg:custom", onMessage); Plotly.purge(gd); };
+    return () => {
+      observer.disconnect();
+      model.off("change:_figure", onFigure);
+      model.off("msg:custom", onMessage);
+      Plotly.purge(gd);
+    };
   },
 };
 """
