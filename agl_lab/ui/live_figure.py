@@ -21,8 +21,8 @@ A ``LiveFigure`` is an anywidget around plotly.js itself:
   and the page evaluates it once.
 * A view drawn after updates (a second display, a reloaded page) asks for the current figure.
 * A view out of sight (scrolled away, a hidden tab or output) takes updates into its data without drawing, and draws
-  once when it comes into view (an ``IntersectionObserver``): notebook 01's rollout scatter sits below the bars, out
-  of sight while its controls are changed on a laptop's screen, and drawing it was a third of the page's work.
+  once when it comes into view (an ``IntersectionObserver``): in a laptop's window notebook 01's figures sit below its
+  controls, and a training panel's curves may be scrolled away while a run redraws them every step.
 
 :attr:`LiveFigure.figure` builds a validated ``go.Figure`` of the current state, for reading.
 Used by :mod:`agl_lab.ui.weighting_figures` and :mod:`agl_lab.ui.rollout_scatter` (notebook 01, frames) and
