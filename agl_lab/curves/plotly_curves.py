@@ -119,7 +119,6 @@ class _Curves:
         self.colours = setting_colours(table.setting.dropna().unique()) if len(table) else {}
         self.order = [str(s) for s in table.setting.drop_duplicates()] if len(table) else []
         self.legend_done: set[str] = set()
-        self.curves: dict[str, dict[Any, np.ndarray]] = {}  # metric → setting → (steps, 4) step, mean, low, high
         self.parts: dict[tuple, _Part] = {}
         if not metrics:
             return
@@ -133,16 +132,16 @@ class _Curves:
         starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
         ends = np.r_[starts[1:], len(pair)]
         columns = [stats[c].to_numpy(float) for c in ("step", "mean", "low", "high", "n_seeds")] + [logged]
-        compared = np.column_stack(columns[:4])  # what makes two settings' curves the same
         for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
             self.parts[(metric[a], setting[a])] = _Part(*(c[a:b] for c in columns))
-            self.curves.setdefault(metric[a], {})[setting[a]] = compared[a:b]
         self.runs, self.run_rows = runs, runs.groupby(["metric", "setting"], sort=False).indices
         own = table.groupby("setting", sort=False)
         self.labels = {str(s): _run_label(part) for s, part in own}
 
     def groups(self, metric: str) -> list[list[str]]:
-        return group_same_curves(self.curves[metric], self.order)
+        # what makes two settings' curves the same: step, mean and band, step by step
+        curves = {s: np.column_stack(part[:4]) for (m, s), part in self.parts.items() if m == metric}
+        return group_same_curves(curves, self.order)
 
     def traces(self, panel: str, metric: str, group: list[str], *, dash: str, axes: dict) -> dict[str, dict]:
         """Band, seeds, values as logged and the bold line of one setting's curve (or of settings sharing it)."""

@@ -107,7 +107,8 @@ def class_weights(
     sums = np.bincount(key, weights=flat, minlength=n_groups)
     alive = counts > 0
     stats[0, alive] = sums[alive] / counts[alive]
-    for group, start, count in zip(*(a[alive].tolist() for a in (np.arange(n_groups), starts, counts)), strict=True):
+    for group in np.flatnonzero(alive).tolist():
+        start, count = int(starts[group]), int(counts[group])
         last = count - 1
         # numpy's "linear" percentiles at positions 0.1·last and 0.9·last: the order statistics either side of each
         positions = [(q * last, math.floor(q * last)) for q in (0.1, 0.9)]

@@ -183,10 +183,9 @@ def stop_requested() -> str | None:
 
 def raise_if_stopping() -> None:
     """Raise the first stop signal's exception again where work can stop cleanly (before each training step) if the
-    work it should have ended is still going on: on its way up from the handler it met code that swallowed it. Python
-    only prints an exception raised in a finalizer the garbage collector runs (``Exception ignored in ...``); a run
-    once went on to its last step after a Ctrl-C in a full suite, its handlers intact, most likely so. In the main
-    thread, inside :func:`stop_signals` and outside :func:`deferred_signals` (a deferred signal is raised when its
+    work it should have ended is still going on: on its way up from the handler it met code that swallowed it (Python
+    only prints an exception raised in a finalizer the garbage collector runs: ``Exception ignored in ...``). In the
+    main thread, inside :func:`stop_signals` and outside :func:`deferred_signals` (a deferred signal is raised when its
     block ends)."""
     if threading.current_thread() is threading.main_thread() and _state.depth and _state.first and not _state.deferring:
         _state.raised = True
