@@ -298,6 +298,9 @@ def hover_label(page: Page, x: float, y: float, tries: int = 3) -> str:
 
 
 DRAWN_Y_JS = "gd => Array.from(gd._fullData[0].y)"  # the first trace's y values as drawn
+# the loss scale Σ of each mode as drawn above its bars (SVG text) and as the figure's data holds it (the kernel's)
+DRAWN_SUMS_JS = "gd => [...gd.querySelectorAll('.textpoint text')].map(t => t.textContent)"
+DATA_SUMS_JS = "gd => Array.from(gd._fullData.find(t => t.mode === 'text').text)"
 OUT_OF_VIEW_JS = "gd => { const r = gd.getBoundingClientRect(); return r.top >= innerHeight || r.bottom <= 0; }"
 
 
@@ -341,7 +344,8 @@ def check_weighting_panel(page: Page) -> None:
     cap = page.locator(f"{PANEL} .jp-OutputArea .widget-inline-hbox").filter(has_text="max_ppo_update_times").first
     seed = page.locator(f"{PANEL} .jp-OutputArea .widget-inline-hbox").filter(has_text="seed").locator("input").first
     seed.scroll_into_view_if_needed()
-    before = scatter.evaluate(DRAWN_Y_JS)
+    before, sums_before = scatter.evaluate(DRAWN_Y_JS), bars.evaluate(DRAWN_SUMS_JS)
+    assert sums_before == bars.evaluate(DATA_SUMS_JS) and all(t.startswith("Σ=") for t in sums_before), sums_before
     timings["seed"] = timer.time(seed, lambda: (seed.fill("3"), seed.press("Enter")))
     assert cap.is_visible()
     if scatter.evaluate(OUT_OF_VIEW_JS):
@@ -349,6 +353,19 @@ def check_weighting_panel(page: Page) -> None:
         assert scatter.evaluate(DRAWN_Y_JS) == before, "a figure out of view was drawn"
         scatter.scroll_into_view_if_needed()
     wait_drawn_again(page, scatter, before, "the rollouts' masses did not move with the seed")
+    # each mode's Σ as drawn follows the kernel's (drawn as tick text, a frame left them at their first values)
+    bars.scroll_into_view_if_needed()
+    try:
+        page.wait_for_function(
+            f"([gd, before]) => {{ const drawn = ({DRAWN_SUMS_JS})(gd);"
+            f" return JSON.stringify(drawn) === JSON.stringify(({DATA_SUMS_JS})(gd))"
+            " && JSON.stringify(drawn) !== JSON.stringify(before); }",
+            arg=[bars.element_handle(), sums_before],
+            timeout=30_000,
+        )
+    except PlaywrightTimeoutError as exc:
+        drawn, data = bars.evaluate(DRAWN_SUMS_JS), bars.evaluate(DATA_SUMS_JS)
+        raise AssertionError(f"the drawn Σ {drawn} are not the new seed's {data} (before: {sums_before})") from exc
     wait_idle(page)  # leave no work behind for the next notebook
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "01_browser_timings.json").write_text(json.dumps(timings, indent=1))

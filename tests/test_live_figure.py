@@ -88,6 +88,8 @@ def test_layout_keys_at_their_current_value_are_left_out_and_no_change_sends_not
     live.update(layout={"yaxis.range": [np.nan, 9]})  # NaN never counts as unchanged
     live.update(layout={"yaxis.range": [np.nan, 9]})
     assert len(sent("update")) == 2
+    assert live.layout_value("xaxis.range") == [0, 3] and live.layout_value("xaxis.ticktext") == ["a", "c"]
+    assert live.layout_value("yaxis2.range") is None and live.layout_value("xaxis.range.0.x") is None  # not set
 
 
 def test_a_view_drawn_later_gets_the_current_figure(live):

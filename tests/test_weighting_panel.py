@@ -8,6 +8,8 @@ import comm
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from matplotlib.ticker import MaxNLocator
 
 from agl_lab import LOSS_MODES, compose_config
@@ -15,6 +17,7 @@ from agl_lab.config.modes import mode_from_config
 from agl_lab.files.batch_io import load_batch, sample_batch_path
 from agl_lab.lab.synthetic import SyntheticKnobs, synthetic_rows
 from agl_lab.lab.weighting import analyze_weighting
+from agl_lab.ui.weighting_figures import STICKY_FILL, column_range, sticky_range, tick_range
 from agl_lab.ui.weighting_panel import WeightingPanel
 
 KNOBS = SyntheticKnobs(n_prompts=4, rollouts_per_prompt=4, break_prob=0.4, seed=5)
@@ -116,22 +119,18 @@ def test_a_mode_change_moves_the_points_and_the_shading_without_recomputing(pane
 
 
 def test_every_axis_has_a_range_that_holds_its_data(panel):
-    # a frame without a redraw does not autorange: the panel gives every axis its range, round to its ticks, and
+    # a frame without a redraw does not autorange: the panel gives every axis its range (test_sticky_range), and
     # each update only the ones that changed (plotly redraws every axis an update names)
     figure_updates()
     before = [panel.bars.widget.figure.layout, panel.scatter.widget.figure.layout]
     panel.controls["seed"].value = 3
     bars, scatter = figure_updates()
     for update, old, figure in ((bars, before[0], panel.bars.widget), (scatter, before[1], panel.scatter.widget)):
-        assert update["layout"], "a new seed moves some axis or tick text"
         for path, value in update["layout"].items():
             *parents, last = path.split(".")
             assert list(old[parents[0]][last]) != list(value), path  # sent because it changed
         for axis in [a for a in figure.figure.layout if a.startswith(("xaxis", "yaxis"))]:
             low, high = figure.figure.layout[axis].range
-            if axis.startswith("y"):  # values (the x axes hold columns: half a column beyond the first and last)
-                ticks = MaxNLocator(nbins=5).tick_values(low, high)
-                assert (ticks[0], ticks[-1]) == pytest.approx((low, high)), axis  # its own ticks at both ends
             if f"{axis}.range" not in update["layout"]:
                 assert tuple(old[axis].range) == (low, high), axis
     for figure, axes in ((panel.bars.widget.figure, ("", "2", "3")), (panel.scatter.widget.figure, ("",))):
@@ -145,6 +144,75 @@ def test_every_axis_has_a_range_that_holds_its_data(panel):
             ys = np.concatenate(tops)
             assert x_low <= np.nanmin(xs) and np.nanmax(xs) <= x_high, (axis, xs)
             assert y_low <= np.nanmin(ys) and np.nanmax(ys) <= y_high, (axis, ys)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.tuples(st.floats(-1e3, 1e3), st.floats(0, 1e3)),
+    current=st.none() | st.tuples(st.floats(-1e3, 1e3), st.floats(1e-3, 1e3)),
+)
+def test_sticky_range(data, current):
+    low, span = data
+    high = low + span
+    current = None if current is None else [current[0], current[0] + current[1]]
+    got = sticky_range(current, low, high)
+    assert got[0] <= low and high <= got[1]  # it holds the data
+    assert sticky_range(got, low, high) == got  # and stays for the same data
+    holds = current is not None and current[0] <= low and high <= current[1]
+    if holds and span >= STICKY_FILL * (current[1] - current[0]):
+        assert got == current  # a range that holds the data and is not too wide for them stays
+    elif current is None:
+        ticks = MaxNLocator(nbins=5).tick_values(low, high)
+        assert got == [min(ticks[0], low), max(ticks[-1], high)]  # the data's own range, out to their ticks
+    if span > 0:
+        assert span >= STICKY_FILL * (got[1] - got[0]) or got == tick_range(low, high)  # not too wide, or the fit's
+    assert sticky_range(None, 0.5, 7.5, column_range) == [0.5, 7.5]  # columns: their own range
+    assert sticky_range([0.5, 9.5], 0.5, 7.5, column_range) == [0.5, 9.5]
+
+
+def test_each_modes_loss_scale_is_a_trace_that_follows_the_batch(panel):
+    # a frame leaves tick text as drawn: the batch's loss scale Σ under each mode is a text trace, sent when it changes
+    def drawn_sums():
+        trace = panel.bars.widget.figure.data[panel.bars.totals]
+        assert trace.mode == "text" and list(trace.y) == [panel.bars.top] * len(panel.modes)  # at the axis' top
+        return list(trace.text)
+
+    def batch_sums():
+        totals = panel.result.totals.drop_duplicates("mode").set_index("mode")["total_weight"]
+        return [f"Σ={totals[mode]:.3g}" for mode in panel.modes]
+
+    assert drawn_sums() == batch_sums()
+    before = drawn_sums()
+    figure_updates()
+    panel.controls["seed"].value = 3
+    bars, _ = figure_updates()
+    assert drawn_sums() == batch_sums() != before  # the token modes' scales moved with the new rows
+    assert bars["data"][bars["traces"].index(panel.bars.totals)]["text"] == batch_sums()
+    assert not any(key.endswith("ticktext") for key in bars["layout"])
+
+
+def test_axes_stay_where_they_are_when_a_setting_goes_back_and_forth(panel):
+    # toggling a setting back and forth compares two states by eye: the axes keep a range while it holds the data
+    # (and each range that moves makes the browser relay the figure out)
+    figure_updates()
+    for value in (3, 0, 3, 0):
+        panel.controls["seed"].value = value
+        sent = [sorted(k for k in update["layout"] if k.endswith(".range")) for update in figure_updates()]
+        if value == 0 and sent != [[], []]:
+            pytest.fail(f"seed {value} again moved {sent}")
+    for figure in (panel.bars.widget.figure, panel.scatter.widget.figure):  # and every range still holds its data
+        for trace in figure.data:
+            if trace.y is None or not len(trace.y) or getattr(trace, "mode", None) == "text":
+                continue
+            x_axis, y_axis = (trace.xaxis or "x").replace("x", "xaxis"), (trace.yaxis or "y").replace("y", "yaxis")
+            base = np.asarray(trace.base, dtype=float) if getattr(trace, "base", None) is not None else 0.0
+            ys = np.asarray(trace.y, dtype=float) + base
+            xs = np.broadcast_to(np.asarray(trace.x, dtype=float), ys.shape)[np.isfinite(ys)]  # drawn points only
+            if not len(xs):  # a class with no rollout in this batch
+                continue
+            (x_low, x_high), (y_low, y_high) = figure.layout[x_axis].range, figure.layout[y_axis].range
+            assert x_low <= np.nanmin(xs) and np.nanmax(xs) <= x_high, trace.name
+            assert y_low <= np.nanmin(ys) and np.nanmax(ys) <= y_high, trace.name
 
 
 def test_hover_text_names_the_rollout_and_its_numbers(panel):

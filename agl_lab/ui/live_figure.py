@@ -13,9 +13,10 @@ A ``LiveFigure`` is an anywidget around plotly.js itself:
 * :meth:`LiveFigure.update` sends the traces and layout keys that changed as one message (a layout key at its
   current value is left out: plotly redraws an axis for any key of it that an update names).
 * The browser draws each update as a zero-length ``Plotly.animate`` frame without the closing redraw: the traces and
-  the axes' ranges move, while the legend and the layout stay as drawn. Give every axis its range, since nothing
-  autoranges. Curves whose axes follow their data ask for a full redraw instead (``frame=False``: plotly's own
-  diff, ``Plotly.react``), and other traces are drawn with :meth:`LiveFigure.replace`.
+  the axes' ranges move, while the legend and the rest of the layout stay as drawn (a tick text sent in a frame is
+  not drawn: make what changes a trace). Give every axis its range, since nothing autoranges. Curves whose axes
+  follow their data ask for a full redraw instead (``frame=False``: plotly's own diff, ``Plotly.react``), and other
+  traces are drawn with :meth:`LiveFigure.replace`.
 * Only clicks come back, to :meth:`LiveFigure.on_click`.
 * plotly.js is the ``plotly`` package's own bundle. It comes with each figure's state, as ``FigureWidget``'s does,
   and the page evaluates it once.
@@ -169,6 +170,12 @@ class LiveFigure(anywidget.AnyWidget):
             message = {"traces": list(traces), "data": [dict(style) for style in traces.values()], "layout": layout,
                        "frame": frame}  # fmt: skip
             self.send({"type": "update", "json": to_json_plotly(message)})
+
+    def layout_value(self, path: str) -> Any:
+        """The current value of layout key ``path`` (dotted, like ``yaxis.range``), None where it is not set."""
+        with self._lock:
+            value = _get_path(self._state["layout"], path)
+        return None if value is _MISSING else value
 
     def replace(self, figure: go.Figure) -> None:
         """Draw ``figure`` instead (other traces, another layout): one message with the whole figure; zoom and hidden

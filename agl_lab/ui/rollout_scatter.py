@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 
 from agl_lab.lab.weighting_result import RolloutView
 from agl_lab.ui.live_figure import LiveFigure
-from agl_lab.ui.weighting_figures import GROUP_COLOURS, tick_range
+from agl_lab.ui.weighting_figures import GROUP_COLOURS, column_range, sticky_range
 
 __all__ = ["RolloutScatter", "hover_texts"]
 
@@ -77,7 +77,10 @@ class RolloutScatter:
         traces[3], traces[4] = {"x": means_x, "y": means_y}, {"x": [-0.5, right], "y": [0.0, 0.0]}
         low, high = min(float(y.min(initial=0)), 0.0), max(float(y.max(initial=0)), 0.0)
         pad = (high - low) * 0.06 or 1.0
-        self.widget.update(traces, {"xaxis.range": [-0.5, right], "yaxis.range": tick_range(low - pad, high + pad)})
+        low, high = low - pad, high + pad
+        x_range = sticky_range(self.widget.layout_value("xaxis.range"), -0.5, right, fit=column_range)
+        y_range = sticky_range(self.widget.layout_value("yaxis.range"), low, high)
+        self.widget.update(traces, {"xaxis.range": x_range, "yaxis.range": y_range})
 
     def _clicked(self, trace: int, point: int) -> None:
         if trace < len(self.GROUPS) and self.on_pick is not None:  # a marker, not a line

@@ -1,7 +1,7 @@
 """The weighting panel's live figures (:class:`agl_lab.ui.live_figure.LiveFigure`s), each moved by one message.
 
 * :class:`WeightBars` — how much a rollout weighs relative to a fair share, by loss mode and rows per rollout (mean
-  bars, 10–90% whiskers, the batch's loss scale Σ above each mode, the shown mode shaded); below it, rows per
+  bars, 10–90% whiskers, the batch's loss scale Σ at the top of each mode, the shown mode shaded); below it, rows per
   rollout by reward and the rows the drops and the cap keep. All SVG bars, one widget.
 * :class:`agl_lab.ui.rollout_scatter.RolloutScatter` — every rollout's signed mass against the rows it kept.
 
@@ -14,10 +14,12 @@ Titles that change live in the panel's HTML, not in the figures. What made a red
 * plotly measuring every tick label to hide those past the page's edge, each measurement a layout of the whole
   notebook: off with ``ticklabeloverflow="allow"``.
 * The legend pushing the margins: ``autoexpand=False``.
-* Every axis an update names redrawn (ticks, grid, labels), at its old range too: the value axes are rounded out to
-  their ticks (:func:`tick_range`), so most changes leave them where they are, and ``LiveFigure`` leaves out layout
-  keys at their current value. In an empty page a bars update with its axes moving took 26.6 ms of the page's main
-  thread, one without 18.0 ms; the scatter's 15.8 and 11.4 ms.
+* An axis range that moves: a frame draws the axes it names, then plotly relays the whole figure out. The value
+  axes are rounded out to their ticks (:func:`tick_range`) and keep their range while it holds the data
+  (:func:`sticky_range`), and ``LiveFigure`` leaves out layout keys at their current value. In an empty page a bars
+  update with its axes moving took 26.6 ms of the page's main thread, one without 18.0 ms; the scatter's 15.8 and
+  11.4 ms.
+* Layout that is not a range (tick text) is not drawn by a frame at all: what changes is a trace.
 * 7,200 WebGL points read back from a software GPU: the scatter now draws a few hundred SVG markers.
 * plotly ``FigureWidget``'s two-way protocol: see :mod:`agl_lab.ui.live_figure`.
 
@@ -27,7 +29,7 @@ The statistics come from :mod:`agl_lab.lab.class_stats`; static PNG/SVG figures 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -39,7 +41,7 @@ from agl_lab.lab.batch_figures import FATE_STYLE
 from agl_lab.lab.class_stats import MAX_CLASS, ClassWeights
 from agl_lab.ui.live_figure import LiveFigure
 
-__all__ = ["GROUP_COLOURS", "WeightBars", "tick_range"]
+__all__ = ["GROUP_COLOURS", "STICKY_FILL", "WeightBars", "column_range", "sticky_range", "tick_range"]
 
 _CLASS_COLOURS = ("#414487", "#2a788e", "#22a884", "#7ad151", "#bddf26", "#fde725")  # viridis, 1..6+ rows
 GROUP_COLOURS = ("#2ca02c", "#d62728", "#9e9e9e")  # higher reward, lower reward, no row kept
@@ -49,11 +51,41 @@ _SHADE = 0.45  # half the width of the shown mode's shading, in mode ticks
 
 
 def tick_range(low: float, high: float) -> list[float]:
-    """``[low, high]`` widened to the ticks around it (matplotlib's ``MaxNLocator``, up to 5 intervals): an axis
-    range that moves only when the data leave those ticks. Each axis an update names is redrawn (ticks, grid,
-    labels), about a third of the panel's figure updates in the browser when every range moved with the data."""
+    """``[low, high]`` widened to the ticks around it (matplotlib's ``MaxNLocator``, up to 5 intervals; an end a
+    rounding error beyond its tick stays where it is)."""
     ticks = MaxNLocator(nbins=5).tick_values(low, high)
-    return [float(ticks[0]), float(ticks[-1])]
+    return [min(float(ticks[0]), low), max(float(ticks[-1]), high)]
+
+
+def column_range(low: float, high: float) -> list[float]:
+    """A range of whole columns: the data's own (half a column beyond the first and last)."""
+    return [low, high]
+
+
+def sticky_range(
+    current: Sequence[float] | None,
+    low: float,
+    high: float,
+    fit: Callable[[float, float], list[float]] = tick_range,
+) -> list[float]:
+    """An axis range for data in ``[low, high]``, which moves as little as it can.
+
+    The ``current`` range while it holds the data and they span at least :data:`STICKY_FILL` of it; else, when the
+    data leave it, the range ``fit`` (default :func:`tick_range`) gives to the data and the current range together,
+    if the data still span that much of it; else the data's own range. Toggling a setting back and forth then leaves
+    the axes still after the first round, so the two states compare by eye; and a range that moves costs the browser
+    a redraw of the whole figure (plotly draws the axes a frame names, then relays the figure out).
+    """
+    if current is not None:
+        if current[0] <= low and high <= current[1] and high - low >= STICKY_FILL * (current[1] - current[0]):
+            return [float(current[0]), float(current[1])]
+        both = fit(min(low, current[0]), max(high, current[1]))
+        if high - low >= STICKY_FILL * (both[1] - both[0]):
+            return [float(both[0]), float(both[1])]
+    return [float(value) for value in fit(low, high)]
+
+
+STICKY_FILL = 1 / 3  # an axis keeps its range while the data span at least a third of it
 
 
 class WeightBars:
@@ -88,6 +120,12 @@ class WeightBars:
         ends = [-0.5, len(self.modes) - 0.5]
         fig.add_trace(go.Scatter(x=ends, y=[1.0, 1.0], mode="lines", line=dict(color="#444", width=1, dash="dash"),
                                  hoverinfo="skip", showlegend=False), row=1, col=1)  # fmt: skip
+        # the batch's loss scale Σ at the top of each mode's bars: a trace, so that a frame moves it (a frame leaves
+        # tick labels as drawn: Σ in the tick text stayed at its first values)
+        self.totals = len(fig.data)
+        fig.add_trace(go.Scatter(x=np.arange(len(self.modes)), mode="text", textposition="bottom center",
+                                 textfont=dict(size=10, color="#333"), cliponaxis=False, hoverinfo="skip",
+                                 showlegend=False), row=1, col=1)  # fmt: skip
         self.ticks = list(self.modes)  # catalogue names: short enough to sit under each group, angled
         fig.update_xaxes(tickvals=list(range(len(self.modes))), ticktext=self.ticks, tickfont_size=10, tickangle=-30,
                          range=ends, title_text="loss mode (Σ: the batch's loss scale)", title_font_size=11,
@@ -123,15 +161,18 @@ class WeightBars:
             for stack in counts:
                 traces[len(traces)] = {"x": columns, "y": stack, "base": bottom}
                 bottom = bottom + stack
-            layout[f"xaxis{axis}.range"] = [0.5, counts.shape[1] + 0.5]
-            layout[f"yaxis{axis}.range"] = tick_range(0.0, max(float(bottom.max(initial=0)), 1.0) * 1.08)
-        self.top = tick_range(
-            0.0, float(np.nanmax(np.concatenate([stats.high.ravel(), stats.mean.ravel(), [1.0]]))) * 1.08
-        )[1]
+            layout[f"xaxis{axis}.range"] = self._range(f"xaxis{axis}", 0.5, counts.shape[1] + 0.5, fit=column_range)
+            layout[f"yaxis{axis}.range"] = self._range(
+                f"yaxis{axis}", 0.0, max(float(bottom.max(initial=0)), 1.0) * 1.08
+            )
+        high = float(np.nanmax(np.concatenate([stats.high.ravel(), stats.mean.ravel(), [1.0]]))) * 1.08
+        self.top = self._range("yaxis", 0.0, high)[1]
         traces[self.shading] = self.highlight(highlight)
-        # the batch's loss scale under each mode's tick (a tick text is one key; an annotation per mode is 2 each)
-        ticks = [f"{tick} <b>Σ={total:.3g}</b>" for tick, total in zip(self.ticks, stats.totals, strict=True)]
-        self.widget.update(traces, {"xaxis.ticktext": ticks, "yaxis.range": [0, self.top], **layout})
+        traces[self.totals] = {"y": np.full(n_modes, self.top), "text": [f"Σ={total:.3g}" for total in stats.totals]}
+        self.widget.update(traces, {"yaxis.range": [0, self.top], **layout})
+
+    def _range(self, axis: str, low: float, high: float, fit=tick_range) -> list[float]:
+        return sticky_range(self.widget.layout_value(f"{axis}.range"), low, high, fit)
 
     def highlight(self, mode: str) -> dict[str, list]:
         """The shading of ``mode``'s bars, trace :attr:`shading`'s new data (send it alone with
