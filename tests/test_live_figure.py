@@ -92,6 +92,23 @@ def test_layout_keys_at_their_current_value_are_left_out_and_no_change_sends_not
     assert live.layout_value("yaxis2.range") is None and live.layout_value("xaxis.range.0.x") is None  # not set
 
 
+def test_trace_values_at_their_current_value_are_left_out(live):
+    # plotly draws every trace an update names again: a trace whose values all stay is not sent, nor is a value that
+    # stays beside one that changes (NaN where NaN was stays: an empty bar is not drawn either way)
+    from_browser(live, {"type": "shown"})
+    live.update({0: {"y": np.array([1.0, np.nan, 3.0])}, 1: {"y": [2, 4], "error_y.array": np.array([0.1, 0.25])}})
+    (update,) = sent("update")
+    assert update["traces"] == [1] and update["data"] == [{"error_y.array": [0.1, 0.25]}]
+    live.update({0: {"y": np.array([1.0, np.nan, 3.0]), "x": np.arange(3.0)}, 1: {"error_y.array": [0.1, 0.25]}})
+    assert sent("update") == []  # nothing changed: nothing sent
+    live.update({0: {"y": np.array([1.0, 2.0, 3.0])}, 1: {"name": "b"}}, frame=False)
+    (update,) = sent("update")
+    assert update["traces"] == [0] and update["data"] == [{"y": [1.0, 2.0, 3.0]}] and not update["frame"]
+    live.update({0: {"y": np.array([1.0, 2.0])}})  # fewer points: a change
+    assert sent("update")[0]["data"] == [{"y": [1.0, 2.0]}]
+    np.testing.assert_array_equal(live.figure.data[0].y, [1.0, 2.0])
+
+
 def test_a_view_drawn_later_gets_the_current_figure(live):
     from_browser(live, {"type": "shown"})
     live.update({0: {"y": [9.0, 9.0, 9.0]}})

@@ -10,8 +10,8 @@ it.
 A ``LiveFigure`` is an anywidget around plotly.js itself:
 
 * Python keeps the figure as plotly JSON.
-* :meth:`LiveFigure.update` sends the traces and layout keys that changed as one message (a layout key at its
-  current value is left out: plotly redraws an axis for any key of it that an update names).
+* :meth:`LiveFigure.update` sends the trace values and layout keys that changed as one message (values at their
+  current value are left out: plotly redraws each trace and axis an update names).
 * The browser draws each update as a zero-length ``Plotly.animate`` frame without the closing redraw: the traces and
   the axes' ranges move, while the legend and the rest of the layout stay as drawn (a tick text sent in a frame is
   not drawn: make what changes a trace). Give every axis its range, since nothing autoranges. Curves whose axes
@@ -154,9 +154,14 @@ class LiveFigure(anywidget.AnyWidget):
         range); False: redrawn in full with autoranged axes (slower; for curves whose axes follow the data)."""
         traces = dict(traces or {})
         with self._lock:
-            # a layout key sent redraws what it names (an axis: its ticks, grid and labels) even at its old value
+            # a layout key sent redraws what it names (an axis: its ticks, grid and labels) even at its old value,
+            # and a trace sent is drawn again: only what changed goes
             layout = {path: value for path, value in (layout or {}).items()
                       if not _same_value(_get_path(self._state["layout"], path), value)}  # fmt: skip
+            data = self._state["data"]
+            traces = {index: changed for index, style in traces.items()
+                      if (changed := {path: value for path, value in style.items()
+                                      if not _same_data(_get_path(data[index], path), value)})}  # fmt: skip
             for index, style in traces.items():
                 for path, value in style.items():
                     _set_path(self._state["data"][index], path, value)
@@ -244,6 +249,16 @@ def _same_value(old: Any, new: Any) -> bool:
         return bool(old == new)
     except (TypeError, ValueError):
         return False
+
+
+def _same_data(old: Any, new: Any) -> bool:
+    """Whether a trace's value is unchanged: as :func:`_same_value`, but NaN where NaN was counts as unchanged (an
+    empty class's bar is not drawn either way)."""
+    if old is _MISSING:
+        return False
+    if isinstance(old, np.ndarray) and isinstance(new, np.ndarray) and old.dtype.kind == new.dtype.kind == "f":
+        return old.shape == new.shape and bool(np.array_equal(old, new, equal_nan=True))
+    return _same_value(old, new)
 
 
 def _set_path(node: dict[str, Any], path: str, value: Any) -> None:
