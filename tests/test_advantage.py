@@ -101,6 +101,24 @@ def test_estimator_sees_one_row_per_rollout_and_the_call_arguments():
     assert torch.equal(batch.batch["advantages"], batch.batch["response_mask"].float() * 2.0)
 
 
+def test_the_estimator_groups_integer_codes_and_its_errors_name_the_batchs_own_uids():
+    # verl's vectorized grouping sorts string uids (2 ms for 7,200); codes form the same groups. A failing estimator
+    # runs again on the uids themselves, so its error names them as Agent Lightning's would
+    seen = []
+
+    def estimator(data, **kwargs):
+        uid = data.non_tensor_batch["uid"]
+        seen.append(uid.tolist())
+        raise ValueError(f"group {uid[-1]} has one sample")
+
+    rows = with_rewards(make_rows([("q", "A", 1.0, [2, 1]), ("r", "B", 0.0, [3]), ("q", "C", 1.0, [1])]))
+    snap = snapshot(rows)
+    with pytest.raises(ValueError, match="^group q has one sample$"):
+        rollout_level(rows, compute_advantage_fn=estimator)
+    assert seen == [[0, 1, 0], ["q", "r", "q"]]
+    assert_unchanged(rows, snap)
+
+
 def test_gae_is_refused_not_broadcast():
     rows = with_rewards(make_rows([("q", "A", 1.0, [3, 2]), ("q", "B", 0.0, [3])]))
     rows.batch["values"] = torch.linspace(0, 1, 9).reshape(3, 3)

@@ -193,7 +193,7 @@ def _per_rollout_mean(layout: TokenLayout, *, divisor: str) -> np.ndarray:
     if layout.n_rows == 0:
         return np.zeros(0)
     tokens = np.bincount(layout.rollout, weights=layout.row_tokens)  # (rollouts,) T
-    count = layout.n_rows if divisor == "rows" else len(np.unique(layout.rollout))
+    count = layout.n_rows if divisor == "rows" else np.count_nonzero(np.bincount(layout.rollout))  # rollouts present
     return 1.0 / np.maximum(tokens[layout.rollout] * count, 1.0)
 
 
