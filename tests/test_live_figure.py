@@ -93,8 +93,8 @@ def test_layout_keys_at_their_current_value_are_left_out_and_no_change_sends_not
 
 
 def test_trace_values_at_their_current_value_are_left_out(live):
-    # plotly draws every trace an update names again: a trace whose values all stay is not sent, nor is a value that
-    # stays beside one that changes (NaN where NaN was stays: an empty bar is not drawn either way)
+    # only what changed is sent (the page names every trace in its frame): a trace whose values all stay is not sent,
+    # nor is a value that stays beside one that changes (NaN where NaN was stays: an empty bar is not drawn either way)
     from_browser(live, {"type": "shown"})
     live.update({0: {"y": np.array([1.0, np.nan, 3.0])}, 1: {"y": [2, 4], "error_y.array": np.array([0.1, 0.25])}})
     (update,) = sent("update")
@@ -104,9 +104,13 @@ def test_trace_values_at_their_current_value_are_left_out(live):
     live.update({0: {"y": np.array([1.0, 2.0, 3.0])}, 1: {"name": "b"}}, frame=False)
     (update,) = sent("update")
     assert update["traces"] == [0] and update["data"] == [{"y": [1.0, 2.0, 3.0]}] and not update["frame"]
-    live.update({0: {"y": np.array([1.0, 2.0])}})  # fewer points: a change
+    y = np.array([1.0, 2.0])
+    live.update({0: {"y": y}})  # fewer points: a change
     assert sent("update")[0]["data"] == [{"y": [1.0, 2.0]}]
-    np.testing.assert_array_equal(live.figure.data[0].y, [1.0, 2.0])
+    y[0] = 5.0  # the caller's array changed in place and sent again: compared with what was sent, not with itself
+    live.update({0: {"y": y}})
+    assert sent("update")[0]["data"] == [{"y": [5.0, 2.0]}]
+    np.testing.assert_array_equal(live.figure.data[0].y, [5.0, 2.0])
 
 
 def test_a_view_drawn_later_gets_the_current_figure(live):

@@ -11,12 +11,13 @@ A ``LiveFigure`` is an anywidget around plotly.js itself:
 
 * Python keeps the figure as plotly JSON.
 * :meth:`LiveFigure.update` sends the trace values and layout keys that changed as one message (values at their
-  current value are left out: plotly redraws each trace and axis an update names).
-* The browser draws each update as a zero-length ``Plotly.animate`` frame without the closing redraw: the traces and
-  the axes' ranges move, while the legend and the rest of the layout stay as drawn (a tick text sent in a frame is
-  not drawn: make what changes a trace). Give every axis its range, since nothing autoranges. Curves whose axes
-  follow their data ask for a full redraw instead (``frame=False``: plotly's own diff, ``Plotly.react``), and other
-  traces are drawn with :meth:`LiveFigure.replace`.
+  current value are left out: plotly redraws each axis an update names).
+* The browser draws each update as a zero-length ``Plotly.animate`` frame without the closing redraw, naming every
+  trace (a frame drops the traces it does not name from their subplots): the traces and the axes' ranges move,
+  while the legend and the rest of the layout stay as drawn (a tick text sent in a frame is not drawn: make what
+  changes a trace). Give every axis its range, since nothing autoranges. Curves whose axes follow their data ask for
+  a full redraw instead (``frame=False``: plotly's own diff, ``Plotly.react``), and other traces are drawn with
+  :meth:`LiveFigure.replace`.
 * Only clicks come back, to :meth:`LiveFigure.on_click`.
 * plotly.js is the ``plotly`` package's own bundle. It comes with each figure's state, as ``FigureWidget``'s does,
   and the page evaluates it once.
@@ -97,7 +98,14 @@ export default {
       if (msg.type === "update") {
         const u = JSON.parse(msg.json);
         if (!inView) { apply(u); stale = true; return; }
-        if (u.frame) { Plotly.animate(gd, {data: u.data, traces: u.traces, layout: u.layout}, FRAME); return; }
+        if (u.frame) {
+          // a frame draws the traces it names and drops the others from their subplots (bars and lines alike): it
+          // names every trace, those that did not change with nothing to change
+          const data = gd.data.map(() => ({}));
+          u.traces.forEach((t, k) => { data[t] = u.data[k]; });
+          Plotly.animate(gd, {data, traces: data.map((_, i) => i), layout: u.layout}, FRAME);
+          return;
+        }
         apply(u);
         redraw();  // a full redraw, axes autoranged
       } else if (msg.type === "figure") {
@@ -154,8 +162,8 @@ class LiveFigure(anywidget.AnyWidget):
         range); False: redrawn in full with autoranged axes (slower; for curves whose axes follow the data)."""
         traces = dict(traces or {})
         with self._lock:
-            # a layout key sent redraws what it names (an axis: its ticks, grid and labels) even at its old value,
-            # and a trace sent is drawn again: only what changed goes
+            # a layout key sent redraws what it names (an axis: its ticks, grid and labels) even at its old value:
+            # only what changed goes (trace values too: smaller messages)
             layout = {path: value for path, value in (layout or {}).items()
                       if not _same_value(_get_path(self._state["layout"], path), value)}  # fmt: skip
             data = self._state["data"]
@@ -163,8 +171,8 @@ class LiveFigure(anywidget.AnyWidget):
                       if (changed := {path: value for path, value in style.items()
                                       if not _same_data(_get_path(data[index], path), value)})}  # fmt: skip
             for index, style in traces.items():
-                for path, value in style.items():
-                    _set_path(self._state["data"][index], path, value)
+                for path, value in style.items():  # a copy: the next update is compared with what was sent
+                    _set_path(self._state["data"][index], path, value.copy() if hasattr(value, "copy") else value)
             for path, value in layout.items():
                 _set_path(self._state["layout"], path, value)
             if not self._shown:  # no view yet: the figure it will draw first
