@@ -299,6 +299,7 @@ def hover_label(page: Page, x: float, y: float, tries: int = 3) -> str:
 
 DRAWN_Y_JS = "gd => Array.from(gd._fullData[0].y)"  # the first trace's y values as drawn
 BARS_DRAWN_JS = "gd => gd.querySelectorAll('.barlayer .point').length"  # the bars drawn, in every subplot
+SHADE_JS = "gd => gd.querySelector('.shapelayer path').getAttribute('d')"  # the shown mode's shading as drawn
 # the loss scale Σ of each mode as drawn above its bars (SVG text) and as the figure's data holds it (the kernel's)
 DRAWN_SUMS_JS = "gd => [...gd.querySelectorAll('.textpoint text')].map(t => t.textContent)"
 DATA_SUMS_JS = "gd => Array.from(gd._fullData.find(t => t.mode === 'text').text)"
@@ -341,11 +342,12 @@ def check_weighting_panel(page: Page) -> None:
     before = scatter.evaluate(DRAWN_Y_JS)
     show_panel(page)  # the settings at the top, the bars below them in view: the change is drawn as it comes
     assert not bars.evaluate(OUT_OF_VIEW_JS)
-    bars_drawn = bars.evaluate(BARS_DRAWN_JS)
+    bars_drawn, shade = bars.evaluate(BARS_DRAWN_JS), bars.evaluate(SHADE_JS)
     timings["loss mode"] = timer.time(mode, lambda: mode.select_option(label="verl seq-mean-token-mean"))
     # a loss mode moves the shading alone: the frame that draws it keeps every bar of every subplot (plotly drops
     # the traces a frame does not name)
     assert bars.evaluate(BARS_DRAWN_JS) == bars_drawn > 0, "bars went missing when the loss mode changed"
+    assert bars.evaluate(SHADE_JS) != shade, "the shading did not move to the new loss mode"
     scatter.scroll_into_view_if_needed()  # below the bars: drawn when it comes into view
     wait_drawn_again(page, scatter, before, "the rollouts' masses did not move with the loss mode")
     table.wait_for(state="visible")  # the clicked rollout's rows stay listed, now under the new mode

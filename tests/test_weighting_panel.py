@@ -105,8 +105,10 @@ def test_a_mode_change_moves_the_points_and_the_shading_without_recomputing(pane
     panel.controls["mode"].value = "seq-mean-token-mean"
     assert panel.result is result  # every mode was computed already
     updates = figure_updates()
-    assert len(updates) == 2  # the shading (a trace of the bars) and the scatter: one message each
-    assert updates[0]["traces"] == [panel.bars.shading] and updates[0]["layout"] == {}  # the bars stay as they are
+    assert len(updates) == 2  # the shading (a shape of the bars) and the scatter: one message each
+    assert updates[0]["traces"] == [] and list(updates[0]["layout"]) == ["shapes"]  # the bars stay as they are
+    (shade,) = updates[0]["layout"]["shapes"]
+    assert shade["x0"] < panel.modes.index("seq-mean-token-mean") < shade["x1"] and shade["yref"] == "y domain"
     view = result.view("seq-mean-token-mean", True)
     points = scatter_points(panel)
     members = np.concatenate(panel.scatter.members[:2])  # each marker's rollout

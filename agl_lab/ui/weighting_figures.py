@@ -9,8 +9,9 @@ Titles that change live in the panel's HTML, not in the figures. What made a red
 (``benchmarks/bench_browser.py``):
 
 * plotly's full redraw after each update (axes, legend, margins). Updates are animation frames without it (see
-  :mod:`agl_lab.ui.live_figure`), so every axis is given its range and every mark that moves is a trace (the
-  shading, the reference lines): shapes do not move with a frame.
+  :mod:`agl_lab.ui.live_figure`), so every axis is given its range and every mark that moves with the data is a
+  trace. The shown mode's shading is a shape: a frame with no trace in it draws the shapes alone, so a loss-mode
+  change redraws one rectangle, not every bar (a frame that names a trace draws every trace).
 * plotly measuring every tick label to hide those past the page's edge, each measurement a layout of the whole
   notebook: off with ``ticklabeloverflow="allow"``.
 * The legend pushing the margins: ``autoexpand=False``.
@@ -48,6 +49,8 @@ GROUP_COLOURS = ("#2ca02c", "#d62728", "#9e9e9e")  # higher reward, lower reward
 _FATE_COLOURS = {"kept": "#1f77b4", "dropped/same_reward": "#ff7f0e", "dropped/random": "#d62728",
                  "dropped/marked": "#7f7f7f"}  # fmt: skip
 _SHADE = 0.45  # half the width of the shown mode's shading, in mode ticks
+_SHADING = {"type": "rect", "xref": "x", "yref": "y domain", "y0": 0, "y1": 1, "layer": "below", "line": {"width": 0},
+            "fillcolor": "rgba(255, 215, 0, 0.22)"}  # fmt: skip
 
 
 def tick_range(low: float, high: float) -> list[float]:
@@ -93,7 +96,7 @@ class WeightBars:
 
     def __init__(self, modes: Sequence[str]) -> None:
         self.modes = list(modes)
-        self.top = 1.0  # the top of the weights' y axis, which the shading reaches
+        self.top = 1.0  # the top of the weights' y axis, where the loss scales sit
         fig = make_subplots(
             rows=2, cols=2, specs=[[{"colspan": 2}, None], [{}, {}]], row_heights=[0.62, 0.38],
             vertical_spacing=0.2, horizontal_spacing=0.08,
@@ -114,9 +117,6 @@ class WeightBars:
             fig.add_trace(go.Bar(name=FATE_STYLE[fate][0], marker_color=_FATE_COLOURS[fate], offsetgroup="cap",
                                  showlegend=False, hovertemplate=f"{FATE_STYLE[fate][0]}: %{{y}} rows<extra></extra>"),
                           row=2, col=2)  # fmt: skip
-        self.shading = len(fig.data)  # the shown mode's shading and a fair share's line: traces, so frames move them
-        fig.add_trace(go.Scatter(mode="lines", fill="toself", fillcolor="rgba(255, 215, 0, 0.22)", line_width=0,
-                                 hoverinfo="skip", showlegend=False), row=1, col=1)  # fmt: skip
         ends = [-0.5, len(self.modes) - 0.5]
         fig.add_trace(go.Scatter(x=ends, y=[1.0, 1.0], mode="lines", line=dict(color="#444", width=1, dash="dash"),
                                  hoverinfo="skip", showlegend=False), row=1, col=1)  # fmt: skip
@@ -167,16 +167,14 @@ class WeightBars:
             )
         high = float(np.nanmax(np.concatenate([stats.high.ravel(), stats.mean.ravel(), [1.0]]))) * 1.08
         self.top = self._range("yaxis", 0.0, high)[1]
-        traces[self.shading] = self.highlight(highlight)
         traces[self.totals] = {"y": np.full(n_modes, self.top), "text": [f"Σ={total:.3g}" for total in stats.totals]}
-        self.widget.update(traces, {"yaxis.range": [0, self.top], **layout})
+        self.widget.update(traces, {"yaxis.range": [0, self.top], **layout, **self.highlight(highlight)})
 
     def _range(self, axis: str, low: float, high: float, fit=tick_range) -> list[float]:
         return sticky_range(self.widget.layout_value(f"{axis}.range"), low, high, fit)
 
-    def highlight(self, mode: str) -> dict[str, list]:
-        """The shading of ``mode``'s bars, trace :attr:`shading`'s new data (send it alone with
-        ``widget.update({bars.shading: bars.highlight(mode)})``)."""
+    def highlight(self, mode: str) -> dict[str, list[dict]]:
+        """The shading of ``mode``'s bars as the layout's shapes (send it alone with
+        ``widget.update(layout=bars.highlight(mode))``: the page redraws that shape and nothing else)."""
         index = self.modes.index(mode) if mode in self.modes else -10
-        left, right = index - _SHADE, index + _SHADE
-        return {"x": [left, right, right, left, left], "y": [0, 0, self.top, self.top, 0]}
+        return {"shapes": [{**_SHADING, "x0": index - _SHADE, "x1": index + _SHADE}]}

@@ -182,7 +182,7 @@ class WeightingPanel:
             self._drawn["highlight"] = mode
             drawn.append("bars")
         elif self._drawn.get("highlight") != mode:
-            self.bars.widget.update({self.bars.shading: self.bars.highlight(mode)})
+            self.bars.widget.update(layout=self.bars.highlight(mode))
             self._drawn["highlight"] = mode
             drawn.append("highlight")
         if self._drawn.get("scatter") != (self._selection, mode, level):
