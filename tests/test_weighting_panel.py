@@ -168,8 +168,12 @@ def test_sticky_range(data, current):
         assert got == [min(ticks[0], low), max(ticks[-1], high)]  # the data's own range, out to their ticks
     if span > 0:
         assert span >= STICKY_FILL * (got[1] - got[0]) or got == tick_range(low, high)  # not too wide, or the fit's
-    assert sticky_range(None, 0.5, 7.5, column_range) == [0.5, 7.5]  # columns: their own range
+
+
+def test_column_axes_fit_their_columns_and_keep_a_wider_range_that_holds_them():
+    assert sticky_range(None, 0.5, 7.5, column_range) == [0.5, 7.5]  # columns: their own range, not rounded out
     assert sticky_range([0.5, 9.5], 0.5, 7.5, column_range) == [0.5, 9.5]
+    assert sticky_range([0.5, 30.5], 0.5, 7.5, column_range) == [0.5, 7.5]  # far too wide: back to the columns
 
 
 def test_each_modes_loss_scale_is_a_trace_that_follows_the_batch(panel):

@@ -173,7 +173,7 @@ class LiveFigure(anywidget.AnyWidget):
                                       if not _same_data(_get_path(data[index], path), value)})}  # fmt: skip
             for index, style in traces.items():
                 for path, value in style.items():  # a copy: the next update is compared with what was sent
-                    _set_path(self._state["data"][index], path, value.copy() if hasattr(value, "copy") else value)
+                    _set_path(data[index], path, value.copy() if hasattr(value, "copy") else value)
             for path, value in layout.items():
                 _set_path(self._state["layout"], path, value)
             if not self._shown:  # no view yet: the figure it will draw first
