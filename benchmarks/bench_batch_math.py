@@ -215,7 +215,9 @@ def main() -> None:
     )
     print(
         f"agl_lab {agl_lab.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
-        f"{args.rows} rows, response width {args.width}, prompt {args.prompt}; median of {args.repeats} round-robin"
+        f"{args.rows} rows, response width {args.width}, prompt {args.prompt}; median of {args.repeats} round-robin; "
+        f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE')} OMP_WAIT_POLICY="
+        f"{os.environ.get('OMP_WAIT_POLICY')} (agl_lab's defaults unless set: benchmarks/bench_process_env.py)"
     )
     for mask_dtype in (torch.float32, torch.bool):
         rows = make_step(args.rows, width=args.width, prompt=args.prompt, mask_dtype=mask_dtype)
