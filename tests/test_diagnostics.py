@@ -11,7 +11,7 @@ import torch
 import agl_lab
 from agl_lab import LOSS_MODES, short_run_config
 from agl_lab.files.batch_io import load_batch, sample_batch_path
-from agl_lab.lab.diagnostics import COLUMNS, batch_diagnostics, step_diagnostics
+from agl_lab.lab.diagnostics import COLUMNS, batch_diagnostics, influence_by_class, step_diagnostics
 from agl_lab.lab.diagnostics_figures import PROPOSALS, plot_proposals
 
 
@@ -120,6 +120,15 @@ def test_step_metrics_hold_every_mode_and_the_runs_own_unprefixed():
     line = table.set_index("mode").loc["session_equal"]
     assert metrics["lab/diagnostics/ess_fraction"] == pytest.approx(line["ess_fraction"])
     assert metrics["lab/diagnostics/class_4/rollout_share"] == pytest.approx(2 / 48)  # the two 4-row rollouts
+    influence = influence_by_class(work, cfg, modes=["session_equal"]).to_dict("records")  # the same, as a table
+    assert len(influence) > 1 and {key for key in metrics if "/class_" in key} == {
+        f"lab/diagnostics/class_{line['rows_per_rollout']}/{key}"
+        for line in influence
+        for key in ("rollout_share", "gradient_share", "failure_fraction")
+    }
+    for line in influence:
+        for key in ("rollout_share", "gradient_share", "failure_fraction"):
+            assert metrics[f"lab/diagnostics/class_{line['rows_per_rollout']}/{key}"] == line[key]
     # a step where no rollout is solved and every advantage is 0: rows per solved rollout and the cosine are undefined
     # there, and left out rather than logged as NaN
     work.batch["token_level_scores"].zero_()

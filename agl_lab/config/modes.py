@@ -219,10 +219,15 @@ def mode_settings(mode: str) -> dict[str, Any]:
 
 def mode_from_config(cfg: DictConfig) -> str | None:
     """The catalogue mode a composed config selects, or None when no entry's keys match (say, ``gspo``)."""
+    values: dict[str, Any] = {}  # each key read once: the entries share three, and a select costs ~50 µs
+
+    def value(key: str) -> Any:
+        if key not in values:
+            values[key] = OmegaConf.select(cfg, key, default=None)
+        return values[key]
+
     for name, entry in LOSS_MODES.items():
-        if entry.settings and all(
-            OmegaConf.select(cfg, key, default=None) == value for key, value in entry.settings.items()
-        ):
+        if entry.settings and all(value(key) == wanted for key, wanted in entry.settings.items()):
             return name
     return None
 

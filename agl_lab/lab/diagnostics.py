@@ -93,10 +93,11 @@ def step_diagnostics(batch: DataProto, cfg: DictConfig, *, layout: TokenLayout |
         metrics.update({f"{PREFIX}{mode}/{key}": value for key, value in columns.items()})
         if mode == own:
             metrics.update({f"{PREFIX}{key}": value for key, value in columns.items()})
-    if own is not None:
-        for line in view.influence(own).to_dict("records"):
+    if own is not None:  # RowView.influence's columns, read without building its table (a DataFrame a step)
+        columns = {**view.classes(), **view.class_shares(own)}
+        for i, label in enumerate(columns["rows_per_rollout"]):
             for key in INFLUENCE_COLUMNS[3:]:
-                metrics[f"{PREFIX}class_{line['rows_per_rollout']}/{key}"] = line[key]
+                metrics[f"{PREFIX}class_{label}/{key}"] = columns[key][i]
     # A value undefined at this step (no solved rollout: no mean_rows_solved; every advantage 0: no cosine) is left
     # out, a gap in the curve as W&B draws one, rather than a NaN every reader of the run would warn about.
     return {key: float(value) for key, value in metrics.items() if math.isfinite(value)}
