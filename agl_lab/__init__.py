@@ -36,7 +36,9 @@ transparent huge pages (``madvise``) for every CPU tensor of 2 MiB or more. A st
 MB of fresh tensors (the kept rows' copy, advantages, returns), and with 4 KiB pages most of that time is page faults:
 the lab's stages at 10k rows ran 1.36-1.39x faster, Agent Lightning's 1.37-1.40x, idle or beside 2 busy processes,
 for 1-3% more peak memory (``benchmarks/bench_process_env.py``). Torch reads the variable at its first allocation of
-2 MiB or more, so it counts wherever ``agl_lab`` is imported before that; child processes inherit it too.
+2 MiB or more, so it counts wherever ``agl_lab`` is imported before that: before ``tensordict`` (so before verl's
+``DataProto``), which makes such a tensor as it loads. Child processes inherit it from their start.
+:func:`agl_lab.training.process_state.huge_pages_advised` says whether it took effect.
 """
 
 from __future__ import annotations

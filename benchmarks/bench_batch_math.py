@@ -26,6 +26,10 @@ benchmarks/bench_batch_math.py [--rows N] [--repeats K] [--threads N]``).
 
 from __future__ import annotations
 
+import agl_lab  # first: its process settings reach torch only before tensordict loads (agl_lab's docstring)
+
+# isort: split
+
 import argparse
 import os
 import random
@@ -42,7 +46,6 @@ from verl import DataProto
 from verl.trainer.ppo.metric_utils import compute_data_metrics
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-import agl_lab
 from agl_lab import compose_config
 from agl_lab.core.data_metrics import data_metrics
 from agl_lab.core.loss import normalize_for_loss
@@ -51,6 +54,7 @@ from agl_lab.core.update_cap import partially_dropped
 from agl_lab.lab.diagnostics import step_diagnostics
 from agl_lab.lab.loss_scale import loss_scale_metrics, token_layout
 from agl_lab.lab.rollout_mass import multi_row_mass
+from agl_lab.training.process_state import huge_pages_advised
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from agl_oracle import agl_train_step  # noqa: E402  (the tests' driver of Agent Lightning's own trainer)
@@ -216,7 +220,7 @@ def main() -> None:
     print(
         f"agl_lab {agl_lab.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
         f"{args.rows} rows, response width {args.width}, prompt {args.prompt}; median of {args.repeats} round-robin; "
-        f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE')} OMP_WAIT_POLICY="
+        f"huge pages {'advised' if huge_pages_advised() else 'not advised'}, OMP_WAIT_POLICY="
         f"{os.environ.get('OMP_WAIT_POLICY')} (agl_lab's defaults unless set: benchmarks/bench_process_env.py)"
     )
     for mask_dtype in (torch.float32, torch.bool):

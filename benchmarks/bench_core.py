@@ -13,6 +13,10 @@ Run: ``make bench`` (or ``.venv/bin/python benchmarks/bench_core.py [--rows N --
 
 from __future__ import annotations
 
+import agl_lab  # first: its process settings reach torch only before tensordict loads (agl_lab's docstring)
+
+# isort: split
+
 import argparse
 import statistics
 import time
@@ -22,8 +26,8 @@ import torch
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-import agl_lab
 from agl_lab import compute_rollout_level_advantage, normalize_advantages_by_rollout
+from agl_lab.training.process_state import huge_pages_advised
 
 
 def make_batch(rows: int, rollouts: int, tokens: int, prompt: int, seed: int = 0) -> DataProto:
@@ -158,7 +162,10 @@ def main() -> None:
     ms = {name: value * 1e3 for name, value in times.items()}
     ratio = {name: value / ms["multiply"] for name, value in ms.items()}
 
-    print(f"agl_lab {agl_lab.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"agl_lab {agl_lab.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads, huge pages "
+        f"{'advised' if huge_pages_advised() else 'not advised'} (agl_lab's default: benchmarks/bench_process_env.py)"
+    )
     print(
         f"batch: {args.rows} rows, {args.rollouts} rollouts, {args.tokens} response tokens; "
         f"median of {args.repeats} round-robin runs"

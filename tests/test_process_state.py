@@ -209,23 +209,6 @@ def test_importing_agl_lab_first_makes_torchs_openmp_threads_sleep_instead_of_sp
     assert result.stdout.split() == [given or "PASSIVE"]
 
 
-# Whether the kernel was advised to back a fresh 8 MiB tensor with huge pages: the VmFlags of its mapping hold "hg"
-# (MADV_HUGEPAGE), whatever the machine's own transparent-huge-page mode does with the advice.
-_HUGE_PAGE_PROBE = """
-import os, torch
-tensor = torch.empty(8 << 20, dtype=torch.uint8)
-address, inside, flags = tensor.data_ptr(), False, ""
-for line in open("/proc/self/smaps"):
-    head = line.split()[0]
-    if "-" in head and not head.endswith(":"):
-        low, high = (int(part, 16) for part in head.split("-"))
-        inside = low <= address < high
-    elif inside and head == "VmFlags:":
-        flags = line.split()[1:]
-print(os.environ["THP_MEM_ALLOC_ENABLE"], "hg" in flags)
-"""
-
-
 @pytest.mark.parametrize(
     ("given", "first", "advised"),
     [
@@ -233,14 +216,18 @@ print(os.environ["THP_MEM_ALLOC_ENABLE"], "hg" in flags)
         ("0", "import agl_lab, torch", False),  # a user's own choice is kept
         (None, "import torch; torch.empty(4 << 20); import agl_lab", False),  # torch read it at its first big tensor
         (None, "import torch, agl_lab", True),  # torch loaded, but no big tensor yet: it has not read it
+        (None, "import tensordict, agl_lab", False),  # tensordict (verl's DataProto) makes one as it loads
     ],
 )
 def test_importing_agl_lab_first_backs_large_tensors_with_huge_pages(given, first, advised):
+    # the probe reads the VmFlags of a fresh 8 MiB tensor's mapping: "hg" where torch advised huge pages
     env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"} | (
         {"THP_MEM_ALLOC_ENABLE": given} if given else {}
     )
+    probe = "from agl_lab.training.process_state import huge_pages_advised; import os"
+    probe += "; print(os.environ['THP_MEM_ALLOC_ENABLE'], huge_pages_advised())"
     result = subprocess.run(
-        [sys.executable, "-c", f"{first}\n{_HUGE_PAGE_PROBE}"], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", f"{first}\n{probe}"], capture_output=True, text=True, env=env, timeout=120
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [given or "1", str(advised)]

@@ -1,11 +1,15 @@
 import re
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from verl import DataProto
 
 from agl_lab.core.groups import group_rows
 from agl_lab.core.row_sums import row_blocks, trainable_tokens
-from agl_lab.core.rows import build_rows, require_fields, rows_frame
+from agl_lab.core.rows import build_rows, require_fields, rows_frame, take_rows
 from agl_lab.lab.examples import example_rows
 from conftest import make_rows
 
@@ -119,3 +123,37 @@ def test_trainable_tokens_by_blocks_equal_one_float64_sum_bit_for_bit(threads):
             assert torch.equal(trainable_tokens(mask > 0.5), (mask > 0.5).double().sum(dim=-1))
     finally:
         torch.set_num_threads(before)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 30),
+    picks=st.lists(st.integers(0, 10**6), max_size=40),
+    mask_dtype=st.sampled_from([torch.bool, torch.float32, torch.int64]),
+    only=st.sampled_from([None, ("response_mask",), ("token_level_scores", "response_mask")]),
+)
+def test_take_rows_gives_what_verls_indexing_gives(n, picks, mask_dtype, only):
+    # any order, repeats and no rows at all; every dtype a real step holds (bf16 scores, bool/float/int masks)
+    generator = torch.Generator().manual_seed(n)
+    tensors = {
+        "input_ids": torch.randint(0, 50, (n, 7), generator=generator),
+        "response_mask": (torch.rand(n, 4, generator=generator) > 0.5).to(mask_dtype),
+        "token_level_scores": torch.randn(n, 4, generator=generator).to(torch.bfloat16),
+        "is_drop_mask": torch.rand(n, generator=generator) > 0.9,
+    }
+    non_tensors = {"rollout_id_list": np.array([f"r{i // 3}" for i in range(n)], dtype=object),
+                   "step": np.arange(n)}  # fmt: skip
+    rows = DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info={"temperature": 1.0})
+    index = np.array([p % n for p in picks], dtype=np.int64)
+    taken = take_rows(rows, index, keys=only)
+    expected = rows[torch.from_numpy(index)]
+    assert len(taken) == len(index) and taken.meta_info is rows.meta_info
+    assert sorted(taken.batch.keys()) == sorted(only or tensors)
+    for key in taken.batch.keys():
+        assert taken.batch[key].dtype == expected.batch[key].dtype
+        assert torch.equal(taken.batch[key], expected.batch[key]), key
+    for key, values in expected.non_tensor_batch.items():
+        assert taken.non_tensor_batch[key].tolist() == values.tolist()
+    listed = DataProto(batch=rows.batch)
+    listed.non_tensor_batch["rollout_id_list"] = list(non_tensors["rollout_id_list"])  # set after the DataProto's check
+    assert take_rows(listed, index).non_tensor_batch["rollout_id_list"].tolist() == [f"r{i // 3}" for i in index]

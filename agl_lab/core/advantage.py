@@ -18,14 +18,14 @@ from verl import DataProto
 from verl.trainer.ppo.core_algos import AdvantageEstimator
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from agl_lab.core.groups import RolloutGroups, as_arrays, group_key, group_rows, non_tensor_ids, uniform_groups
+from agl_lab.core.groups import RolloutGroups, group_key, group_rows, non_tensor_ids, uniform_groups
 from agl_lab.core.keys import (
     ROLLOUT_LEVEL_MAX_ROWS_PER_ROLLOUT,
     ROLLOUT_LEVEL_N_MULTI_ROW_ROLLOUTS,
     ROLLOUT_LEVEL_N_ROLLOUTS,
     ROLLOUT_LEVEL_N_ROWS,
 )
-from agl_lab.core.rows import require_finite_rows, require_matrix
+from agl_lab.core.rows import require_finite_rows, require_matrix, take_rows
 
 __all__ = ["compute_rollout_level_advantage", "rollout_level_metrics"]
 
@@ -180,12 +180,10 @@ def _collapse(batch: DataProto, first_rows: np.ndarray, *, uid: np.ndarray, fiel
     """One row per rollout (its first), with ``fields`` (all tensor fields when None), every non-tensor field and
     ``uid`` (per row: the batch's uids, or their integer codes, which form the same groups; verl's vectorized grouping
     sorts 7,200 string uids in 2 ms and takes integers as they are)."""
-    keys = [key for key in batch.batch.keys() if fields is None or key in fields]
-    index = torch.from_numpy(first_rows)
-    tensors = {key: torch.index_select(batch.batch[key], 0, index) for key in keys}  # faster than t[index]
-    non_tensors = {key: values[first_rows] for key, values in as_arrays(batch.non_tensor_batch).items()}
-    non_tensors["uid"] = uid[first_rows]
-    return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=dict(batch.meta_info))
+    collapsed = take_rows(batch, first_rows, keys=fields)
+    collapsed.non_tensor_batch["uid"] = uid[first_rows]
+    collapsed.meta_info = dict(batch.meta_info)  # the estimator's own copy: verl's estimators may write to it
+    return collapsed
 
 
 def _rollout_scalars(values: torch.Tensor, mask: torch.Tensor, rollout_ids: np.ndarray, *, key: str) -> torch.Tensor:

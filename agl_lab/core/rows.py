@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from tensordict import TensorDict
 from verl import DataProto
 
-from agl_lab.core.groups import as_ids, group_key, group_rows, non_tensor_ids
+from agl_lab.core.groups import as_arrays, as_ids, group_key, group_rows, non_tensor_ids
 from agl_lab.core.row_sums import trainable_tokens
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "require_finite_rows",
     "require_matrix",
     "rows_frame",
+    "take_rows",
 ]
 
 # Agent Lightning stores each row's reward (token_level_scores) in bf16, so the advantages are computed in bf16.
@@ -173,6 +175,20 @@ def build_rows(
     if turn_indices is not None:
         non_tensors["turn_index_list"] = np.asarray(turn_indices, dtype=np.int64)
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+
+
+def take_rows(batch: DataProto, index: np.ndarray, *, keys: Sequence[str] | None = None) -> DataProto:
+    """verl's ``batch[index]`` for integer rows (``meta_info`` shared, list id columns fine), each tensor gathered by
+    ``torch.index_select``: 21.6 against 29.5 ms for a 10k-row step (``bench_batch_math.py``). ``keys``: these tensors
+    only."""
+    index = np.asarray(index, dtype=np.int64)  # (taken,)
+    non_tensors = {key: values[index] for key, values in as_arrays(batch.non_tensor_batch).items()}
+    device = batch.batch.device
+    taken = torch.from_numpy(index).to(device)
+    tensors = {key: torch.index_select(value, 0, taken) if isinstance(value, torch.Tensor) else value[taken]
+               for key, value in batch.batch.items() if keys is None or key in keys}  # fmt: skip
+    tensors = TensorDict(tensors, batch_size=(len(index),), device=device)
+    return DataProto(batch=tensors, non_tensor_batch=non_tensors, meta_info=batch.meta_info)
 
 
 def rows_frame(batch: DataProto) -> pd.DataFrame:

@@ -33,7 +33,7 @@ from agl_lab.core.keys import (
     SEED,
     TEMPERATURE,
 )
-from agl_lab.core.rows import require_matrix
+from agl_lab.core.rows import require_matrix, take_rows
 from agl_lab.core.update_cap import (
     marked_rows_kept,
     partially_dropped_count,
@@ -122,7 +122,7 @@ def plan_selection(rows: DataProto, cfg: DictConfig, *, seed: int | None = None,
     )
     kept = survivors[plan.kept]  # (kept,)
     if len(kept) < n:
-        batch = batch[torch.from_numpy(kept)]
+        batch = take_rows(batch, kept)
     fate = np.full(n, FATES[1], dtype=object)
     fate[survivors] = FATES[0]
     fate[survivors[plan.dropped_same_reward]] = FATES[2]

@@ -29,10 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import torch
 from verl import DataProto
 
-from agl_lab.core.groups import as_arrays, group_key, group_rows, non_tensor_ids, uniform_groups
+from agl_lab.core.groups import group_key, group_rows, non_tensor_ids, uniform_groups
 from agl_lab.core.keys import (
     CAP_DROP_UNIT,
     MAX_PPO_UPDATE_TIMES,
@@ -44,7 +43,7 @@ from agl_lab.core.keys import (
     PARTIALLY_DROPPED_ROLLOUTS,
 )
 from agl_lab.core.ranges import Constraint
-from agl_lab.core.rows import require_matrix
+from agl_lab.core.rows import require_matrix, take_rows
 
 __all__ = [
     "DROP_UNITS",
@@ -58,7 +57,6 @@ __all__ = [
     "partially_dropped_count",
     "plan_update_cap",
     "same_reward_rows",
-    "take_rows",
     "warn_no_trainable_batch",
 ]
 
@@ -265,12 +263,6 @@ def _whole_rollouts(
         rows = np.setdiff1d(rows, spared, assume_unique=True)
     is_same = same_rollout[rollouts.codes[rows]]
     return rows[is_same], rows[~is_same]
-
-
-def take_rows(batch: DataProto, index: np.ndarray) -> DataProto:
-    """The rows ``index`` of ``batch``, in that order (verl's indexing; id columns given as lists are fine too)."""
-    whole = DataProto(batch=batch.batch, non_tensor_batch=as_arrays(batch.non_tensor_batch), meta_info=batch.meta_info)
-    return whole[torch.from_numpy(np.asarray(index, dtype=np.int64))]
 
 
 def same_reward_rows(batch: DataProto) -> np.ndarray:

@@ -18,6 +18,9 @@ notebook cell runs another), so each is shared, not grabbed:
   stays as it is. A SIGHUP the process was started to ignore (``nohup``) stays ignored.
 * :func:`exit_protected` — once a command has ended, the interpreter's exit hooks (Ray's ``shutdown``) run with the
   stop signals ignored: a late Ctrl-C never prints a traceback from them.
+* :func:`huge_pages_advised` — whether torch asks for transparent huge pages for its large CPU tensors in this
+  process (``THP_MEM_ALLOC_ENABLE``, which ``import agl_lab`` sets: :mod:`agl_lab`'s docstring); the benchmarks
+  print it beside their figures.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ __all__ = [
     "Terminated",
     "deferred_signals",
     "exit_protected",
+    "huge_pages_advised",
     "raise_if_stopping",
     "reinstall_stop_handlers",
     "signal_exit_code",
@@ -58,6 +62,29 @@ class Terminated(KeyboardInterrupt):
 
     def __reduce__(self):  # pickled by its signal's name (Ray hands exceptions between processes)
         return type(self), (self.signal_name,)
+
+
+def huge_pages_advised() -> bool:
+    """Whether torch advised the kernel to back a fresh 8 MiB CPU tensor with huge pages (``MADV_HUGEPAGE``: the
+    ``hg`` flag of the tensor's mapping in ``/proc/self/smaps``), whatever the machine's own huge-page mode then does
+    with the advice. Torch decides once per process, at its first tensor of 2 MiB or more; False where
+    ``/proc/self/smaps`` does not exist (not Linux)."""
+    import torch
+
+    tensor = torch.empty(8 << 20, dtype=torch.uint8)
+    address, inside = tensor.data_ptr(), False
+    try:
+        with open("/proc/self/smaps") as smaps:
+            for line in smaps:
+                head = line.split(maxsplit=1)[0]
+                if "-" in head and not head.endswith(":"):  # a mapping's first line: "start-end perms ..."
+                    low, high = (int(part, 16) for part in head.split("-"))
+                    inside = low <= address < high
+                elif inside and head == "VmFlags:":
+                    return "hg" in line.split()[1:]
+    except OSError:
+        return False
+    return False
 
 
 _threads_lock = threading.Lock()
