@@ -38,7 +38,9 @@ the lab's stages at 10k rows ran 1.36-1.39x faster, Agent Lightning's 1.37-1.40x
 for 1-3% more peak memory (``benchmarks/bench_process_env.py``). Torch reads the variable at its first allocation of
 2 MiB or more, so it counts wherever ``agl_lab`` is imported before that: before ``tensordict`` (so before verl's
 ``DataProto``), which makes such a tensor as it loads. Child processes inherit it from their start.
-:func:`agl_lab.training.process_state.huge_pages_advised` says whether it took effect.
+:func:`agl_lab.training.process_state.huge_pages_advised` says whether it took effect. Where the kernel's huge-page
+``defrag`` setting is ``madvise`` (this machine's), a fault in an advised region may compact memory first: on a
+long-running machine whose memory is fragmented that can stall; ``THP_MEM_ALLOC_ENABLE=0`` turns the advice off.
 """
 
 from __future__ import annotations
