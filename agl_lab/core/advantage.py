@@ -182,7 +182,7 @@ def _collapse(batch: DataProto, first_rows: np.ndarray, *, uid: np.ndarray, fiel
     sorts 7,200 string uids in 2 ms and takes integers as they are)."""
     collapsed = take_rows(batch, first_rows, keys=fields)
     collapsed.non_tensor_batch["uid"] = uid[first_rows]
-    collapsed.meta_info = dict(batch.meta_info)  # the estimator's own copy: verl's estimators may write to it
+    collapsed.meta_info = dict(batch.meta_info)  # a copy: nothing the estimator writes there reaches the batch
     return collapsed
 
 
