@@ -124,7 +124,7 @@ class WeightBars:
         # tick labels as drawn: Σ in the tick text stayed at its first values)
         self.totals = len(fig.data)
         fig.add_trace(go.Scatter(x=np.arange(len(self.modes)), mode="text", textposition="bottom center",
-                                 textfont=dict(size=10, color="#333"), cliponaxis=False, hoverinfo="skip",
+                                 textfont=dict(size=10, color="#333"), hoverinfo="skip",
                                  showlegend=False), row=1, col=1)  # fmt: skip
         self.ticks = list(self.modes)  # catalogue names: short enough to sit under each group, angled
         fig.update_xaxes(tickvals=list(range(len(self.modes))), ticktext=self.ticks, tickfont_size=10, tickangle=-30,
