@@ -28,8 +28,13 @@ window is 1440×2400 by default: every figure of the panels in view, every chang
 timed to its status and summary, and after each notebook's changes every figure out of view is scrolled in and timed
 until it has drawn.
 
+``--cpu`` adds where the CPU of each change went, by process (``benchmarks/process_cpu.py``): on the 2-core AMD EPYC,
+idle, a notebook 01 change at 10k rows took the page's renderer ~64 ms of CPU inside its timed span against the
+kernel's ~21 ms (its GPU process ~9, the browser ~6, the Jupyter server ~5): the page, not the kernel, does most of a
+change's work.
+
 Run: ``.venv/bin/python benchmarks/bench_browser.py [--load 2] [--repeats 3] [--notebooks 01 02 03] [--height 2400]
-[--json out.json]``.
+[--json out.json] [--events] [--profile N] [--cpu]``.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ from jupyter_browser import (  # noqa: E402
     run_all,
     wait_idle,
 )
+from process_cpu import ROLES, available, cpu_by_role  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 # 01's section-4 run at the size the notebook tests give it (metadata.agl_lab.test_parameters)
@@ -94,10 +100,16 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="profile the page's JavaScript (Chromium's sampling profiler) during each notebook's "
                              "changes and print its N functions with the most time of their own")  # fmt: skip
+    parser.add_argument("--cpu", action="store_true",
+                        help="also print the CPU each process spent per change (renderer, kernel, GPU process, "
+                             "browser, server; Linux's per-thread run time: benchmarks/process_cpu.py)")  # fmt: skip
     args = parser.parse_args()
+    if args.cpu and not available():
+        parser.error("--cpu needs Linux's per-thread run times (/proc/<pid>/task/<tid>/schedstat)")
     chosen = [nb for nb in NOTEBOOKS if nb.stem in DRIVERS and nb.stem[:2] in {n[:2] for n in args.notebooks}]
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
     timings: list[tuple[str, str, float, float]] = []
+    cpu: dict[tuple[str, str], list[dict[str, float]]] = {}  # (notebook, control) -> CPU ms per role, each change
     with busy_processes(args.load), tempfile.TemporaryDirectory(prefix="bench-browser-") as tmp:
         if args.load:
             print(f"{args.load} busy process(es) beside the browser until the end")
@@ -120,7 +132,13 @@ def main() -> None:
                     control.scroll_into_view_if_needed()
                     if profiler:
                         profiler.start()
+                    before = cpu_by_role() if args.cpu else {}
                     ms = timer.time(control, change, until=until)
+                    if args.cpu:
+                        after = cpu_by_role()
+                        cpu.setdefault((notebook.stem[:2], name), []).append(
+                            {role: after[role] - before[role] for role in ROLES}
+                        )
                     if profiler:
                         profiler.stop()
                     timings.append((notebook.stem[:2], name, ms, load_now()))
@@ -139,6 +157,8 @@ def main() -> None:
             browser.close()
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     report(timings, args.json)
+    if args.cpu:
+        report_cpu(cpu)
 
 
 def report(timings: list[tuple[str, str, float, float]], json_path: Path | None) -> None:
@@ -159,6 +179,19 @@ def report(timings: list[tuple[str, str, float, float]], json_path: Path | None)
     print(
         f"browser: slowest control change {max(values):.0f} ms, median {statistics.median(values):.0f} ms over "
         f"{len(values)} changes at a load of {statistics.mean(load for *_, load in timings):.1f}"
+    )
+
+
+def report_cpu(cpu: dict[tuple[str, str], list[dict[str, float]]]) -> None:
+    """Median CPU ms per change by process role, per control and over all changes (the action, the redraw and the
+    quiet after it: more than the timed span, which starts at the change event)."""
+    print(f"\n{'CPU per change (ms, median)':<40}" + "".join(f"{role:>9}" for role in ROLES))
+    for (notebook, name), samples in cpu.items():
+        print(f"{notebook} {name:<37}" + "".join(f"{statistics.median(s[r] for s in samples):9.1f}" for r in ROLES))
+    every = [s for samples in cpu.values() for s in samples]
+    print(
+        f"cpu per change: {', '.join(f'{r} {statistics.median(s[r] for s in every):.1f}' for r in ROLES)} ms "
+        f"(medians over {len(every)} changes)"
     )
 
 

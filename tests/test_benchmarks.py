@@ -68,3 +68,39 @@ def test_the_spread_benchmark_refuses_to_add_to_a_missing_file_or_another_torchs
     with pytest.raises(SystemExit, match=r"was made with torch 1\.0\.0\+cpu, this is .*: run without --add"):
         bench_numbers.main()
     assert ran == [] and missing.read_text().startswith('{"cpu": "Some Xeon"')  # nothing run, nothing written
+
+
+def test_the_cpu_accounting_names_each_process_of_a_browser_session_and_counts_its_run_time():
+    import subprocess
+
+    from process_cpu import cpu_by_role, role_of
+
+    chromium = "/usr/lib/chromium/chromium"
+    assert role_of(f"{chromium}\0--type=renderer\0--lang=en-US") == "renderer"
+    assert role_of(f"{chromium} --type=renderer --lang=en-US\0") == "renderer"  # a child's rewritten title
+    assert role_of(f"{chromium}\0--type=gpu-process") == "gpu"
+    assert role_of(f"{chromium}\0--type=utility\0--utility-sub-type=network.mojom.NetworkService") == "utility"
+    assert role_of(f"{chromium}\0--type=zygote") is None
+    assert role_of(f"{chromium}\0--headless\0--no-sandbox") == "browser"
+    assert role_of(f"{sys.executable}\0-m\0jupyterlab\0--no-browser") == "server"
+    assert role_of(f"{sys.executable}\0-m\0ipykernel_launcher\0-f\0k.json") == "kernel"
+    assert role_of(f"{sys.executable}\0-m\0pytest") is None
+    # a process named like a kernel spins for 0.3 s of its own CPU between two reads: the kernel's count grows by that
+    spin = (
+        "import sys, time\nprint('ready', flush=True)\nsys.stdin.readline()\nend = time.process_time() + 0.3\n"
+        "while time.process_time() < end:\n    pass\nprint('spun', flush=True)\nsys.stdin.readline()\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", spin, "ipykernel_launcher"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        before = cpu_by_role()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "spun"
+        after = cpu_by_role()
+    finally:
+        child.kill()
+        child.wait()
+    assert after["kernel"] - before["kernel"] >= 290, (before, after)
