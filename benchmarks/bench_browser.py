@@ -11,8 +11,8 @@ status line answers. No sleeps are timed.
 * 01, the weighting panel at ~10k rows (``PANEL_PROMPTS=900`` × 8 rollouts = 10,081 rows): rollout-level advantage,
   loss mode, cap, mini- and micro-batch, dp ranks, seed, every generator knob.
 * 02, the config form: rollout-level advantage, loss mode, cap, mini-batch, estimator, the extra ``key=value`` field.
-* 03, the training panel: Run (until the status says it started) and Stop (until it says it is stopping) during a
-  run of the default size; then its curves' smoothing slider (every line's values move, the axes follow them).
+* 03, the training panel: Run (until its Stop button is enabled) and Stop (until the status says it is stopping)
+  during a run of the default size; then its curves' smoothing slider (every line's values move, the axes follow them).
 * 04 has no controls yet (its figures are images); a driver added to ``DRIVERS`` joins it to the benchmark.
 
 Headless Chromium here has no GPU: WebGL runs in software (SwiftShader), so figures draw slower than on a desktop.

@@ -34,6 +34,21 @@ def test_training_panel_runs_in_a_thread_and_shows_figures_and_the_run_directory
     assert not panel.run_button.disabled and panel.stop_button.disabled
 
 
+def test_run_enables_stop_before_it_builds_the_config_and_takes_it_back_when_that_fails(training_panel, monkeypatch):
+    panel = training_panel
+    seen = []
+
+    def refused():
+        seen.append((panel.run_button.disabled, panel.stop_button.disabled))  # what the page shows by then
+        raise ValueError("data.max_prompt_length=1 is too short for the task's prompts")
+
+    monkeypatch.setattr(panel, "_config_and_settings", refused)
+    with pytest.raises(ValueError, match="max_prompt_length"):
+        panel.start()
+    assert seen == [(True, False)]  # the click was answered before the ~20 ms of building the run's config
+    assert not panel.running and not panel.run_button.disabled and panel.stop_button.disabled
+
+
 def test_training_panel_applies_its_widgets_to_the_run(training_panel):
     panel = training_panel
     c = panel.controls

@@ -144,13 +144,19 @@ class TrainingPanel:
             return
         from agl_lab.training.runs import create_run_dir
 
-        cfg, settings = self._config_and_settings()
-        cfg.lab.run_dir = None
-        cfg.lab.run_dir = str(create_run_dir(cfg))  # chosen now, so the panel can show it from the first step
-        self.setting = demo_setting_name(cfg)
-        self.result, self.error, self.history = None, None, pd.DataFrame()
+        # the buttons answer the click first; the run's config (a copy of verl's whole tree, ~20 ms) comes after, and
+        # a Stop clicked meanwhile waits in the kernel's queue until this returns
         self._stop_event.clear()
         self.run_button.disabled, self.stop_button.disabled = True, False
+        try:
+            cfg, settings = self._config_and_settings()
+            cfg.lab.run_dir = None
+            cfg.lab.run_dir = str(create_run_dir(cfg))  # chosen now, so the panel can show it from the first step
+        except BaseException:
+            self.run_button.disabled, self.stop_button.disabled = False, True
+            raise
+        self.setting = demo_setting_name(cfg)
+        self.result, self.error, self.history = None, None, pd.DataFrame()
         self.links.value = f"Run directory: <code>{html.escape(_shown(cfg.lab.run_dir))}</code>"
         self.status.value = f"Starting ({html.escape(' '.join(format_dotlist(settings)))}) …"
         self._thread = threading.Thread(target=self._train, args=(cfg,), name="agl-lab-training", daemon=True)
