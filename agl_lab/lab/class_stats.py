@@ -10,7 +10,6 @@ which bars there are. Inputs are the tidy frames of :class:`agl_lab.lab.weightin
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -105,18 +104,17 @@ def class_weights(
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     stats = np.full((3, n_groups), np.nan)  # mean, 10th, 90th percentile
     sums = np.bincount(key, weights=flat, minlength=n_groups)
-    alive = counts > 0
+    alive = np.flatnonzero(counts > 0)
     stats[0, alive] = sums[alive] / counts[alive]
-    for group in np.flatnonzero(alive).tolist():
-        start, count = int(starts[group]), int(counts[group])
-        last = count - 1
-        # numpy's "linear" percentiles at positions 0.1·last and 0.9·last: the order statistics either side of each
-        positions = [(q * last, math.floor(q * last)) for q in (0.1, 0.9)]
-        kth = sorted({k for _, low in positions for k in (low, min(low + 1, last))})
-        ranked = np.partition(grouped[start : start + count], kth)
-        for row, (position, low) in enumerate(positions, start=1):
-            below, above = ranked[low], ranked[min(low + 1, last)]
-            stats[row, group] = below + (position - low) * (above - below)
+    # numpy's "linear" percentiles at positions 0.1·last and 0.9·last: the order statistics either side of each
+    last = (counts[alive] - 1).astype(np.float64)  # (alive,)
+    position = np.stack([0.1 * last, 0.9 * last])  # (2, alive)
+    low = np.floor(position).astype(np.int64)  # (2, alive)
+    kth = np.stack([low[0], np.minimum(low[0] + 1, last), low[1], np.minimum(low[1] + 1, last)]).astype(np.int64)
+    ranks = np.empty(kth.shape)  # (4, alive): the four order statistics of each group
+    for j, (start, count, k) in enumerate(zip(starts[alive].tolist(), counts[alive].tolist(), kth.T, strict=True)):
+        ranks[:, j] = np.partition(grouped[start : start + count], k)[k]
+    stats[1:, alive] = ranks[0::2] + (position - low) * (ranks[1::2] - ranks[0::2])
     column = np.searchsorted(distinct, of_mode)  # (modes,) each mode's distinct column
     stats = stats.reshape(3, n_classes, n_distinct)[:, :, column]  # (3, classes, modes)
     n_modes = len(modes)

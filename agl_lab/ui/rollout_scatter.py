@@ -114,14 +114,21 @@ def _mean_segments(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def hover_texts(view: RolloutView, index: np.ndarray, count: np.ndarray | None = None) -> np.ndarray:
     """The hover text of rollouts ``index`` but their weight and mass (numbers the figure formats): id, uid, rows kept,
     fate, tokens, reward and advantage; ``count``: how many rollouts each one's marker holds (said when more than 1)."""
-    fate = np.where(view.rows_kept == view.rows, "kept", np.where(view.rows_kept == 0, "dropped", "partly dropped"))
     count = np.ones(len(index), dtype=np.int64) if count is None else count
+    kept, rows = view.rows_kept[index].tolist(), view.rows[index].tolist()  # only the shown rollouts' (a few hundred)
+    ids, uids = view.rollout_id[index], view.uid[index]
+    tokens, reward, advantage = (view.tokens_kept[index].tolist(), view.reward[index].tolist(),
+                                 view.advantage[index].tolist())  # fmt: skip
     lines = [
-        f"<b>rollout {view.rollout_id[i]}</b>{f' and {c - 1} more here' if c > 1 else ''}<br>uid {view.uid[i]}"
-        f"<br>rows {view.rows_kept[i]} of {view.rows[i]} kept ({fate[i]})<br>tokens {view.tokens_kept[i]:.0f}"
-        f"<br>reward {view.reward[i]:.3g}<br>advantage {view.advantage[i]:.3g}"
-        for i, c in zip(index.tolist(), count.tolist(), strict=True)
+        f"<b>rollout {ids[j]}</b>{f' and {c - 1} more here' if c > 1 else ''}<br>uid {uids[j]}"
+        f"<br>rows {kept[j]} of {rows[j]} kept ({_fate(kept[j], rows[j])})<br>tokens {tokens[j]:.0f}"
+        f"<br>reward {reward[j]:.3g}<br>advantage {advantage[j]:.3g}"
+        for j, c in enumerate(count.tolist())
     ]
     out = np.empty(len(lines), dtype=object)
     out[:] = lines
     return out
+
+
+def _fate(kept: int, rows: int) -> str:
+    return "kept" if kept == rows else "dropped" if kept == 0 else "partly dropped"
