@@ -28,10 +28,11 @@ window is 1440×2400 by default: every figure of the panels in view, every chang
 timed to its status and summary, and after each notebook's changes every figure out of view is scrolled in and timed
 until it has drawn.
 
-``--cpu`` adds where the CPU of each change went, by process (``benchmarks/process_cpu.py``): on the 2-core AMD EPYC,
-idle, a notebook 01 change at 10k rows took the page's renderer ~64 ms of CPU inside its timed span against the
-kernel's ~21 ms (its GPU process ~9, the browser ~6, the Jupyter server ~5): the page, not the kernel, does most of a
-change's work.
+``--cpu`` adds where the CPU of each change went, by process (``benchmarks/process_cpu.py``), read before the action
+and after the quiet that ends the timing. On the 2-core AMD EPYC, idle, a notebook 01 change at 10k rows took the
+page's renderer a median of 105 ms that way and the kernel 21 ms (the GPU process 19, the browser 19, the Jupyter
+server 6); a finer sampler put ~64 ms of the renderer's inside the timed span (the rest is Playwright reaching the
+control, before the change event): the page, not the kernel, does most of a change's work.
 
 Run: ``.venv/bin/python benchmarks/bench_browser.py [--load 2] [--repeats 3] [--notebooks 01 02 03] [--height 2400]
 [--json out.json] [--events] [--profile N] [--cpu]``.
