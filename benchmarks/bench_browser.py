@@ -68,7 +68,7 @@ from jupyter_browser import (  # noqa: E402
     run_all,
     wait_idle,
 )
-from process_cpu import ROLES, available, cpu_by_role  # noqa: E402
+from process_cpu import ROLES, available, cpu_by_process, spent_by_role  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 # 01's section-4 run at the size the notebook tests give it (metadata.agl_lab.test_parameters)
@@ -133,13 +133,10 @@ def main() -> None:
                     control.scroll_into_view_if_needed()
                     if profiler:
                         profiler.start()
-                    before = cpu_by_role() if args.cpu else {}
+                    before = cpu_by_process() if args.cpu else {}
                     ms = timer.time(control, change, until=until)
                     if args.cpu:
-                        after = cpu_by_role()
-                        cpu.setdefault((notebook.stem[:2], name), []).append(
-                            {role: after[role] - before[role] for role in ROLES}
-                        )
+                        cpu.setdefault((notebook.stem[:2], name), []).append(spent_by_role(before, cpu_by_process()))
                     if profiler:
                         profiler.stop()
                     timings.append((notebook.stem[:2], name, ms, load_now()))

@@ -1,6 +1,6 @@
 """CPU time by process role, from Linux's per-thread run time: where the CPU of a notebook change goes.
 
-``bench_browser.py --cpu`` reads :func:`cpu_by_role` before and after each change and prints the difference: the
+``bench_browser.py --cpu`` reads :func:`cpu_by_process` before and after each change and prints the difference: the
 milliseconds of CPU each process spent on the change (its action, the redraw and the quiet after it), summed over
 every thread of the process: the page's renderer (JavaScript, style, layout, paint, layerizing, on its main thread
 and helpers), the browser process, its GPU process (compositing; without a GPU, in software), its network and other
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["ROLES", "available", "cpu_by_role", "role_of"]
+__all__ = ["ROLES", "available", "cpu_by_process", "role_of", "spent_by_role"]
 
 ROLES = ("renderer", "kernel", "gpu", "browser", "server", "utility")
 
@@ -35,9 +35,9 @@ def role_of(cmdline: str) -> str | None:
     return {"renderer": "renderer", "gpu-process": "gpu", "utility": "utility"}.get(kind)  # zygotes: forks only
 
 
-def cpu_by_role(proc: Path = Path("/proc")) -> dict[str, float]:
-    """Milliseconds of CPU each role's processes have run so far (every thread's, the exited ones' not counted)."""
-    totals = dict.fromkeys(ROLES, 0.0)
+def cpu_by_process(proc: Path = Path("/proc")) -> dict[int, tuple[str, float]]:
+    """Each process with a role: pid -> (role, milliseconds of CPU its threads have run so far)."""
+    found = {}
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -45,11 +45,20 @@ def cpu_by_role(proc: Path = Path("/proc")) -> dict[str, float]:
             role = role_of((entry / "cmdline").read_bytes().decode(errors="replace"))
             if role is None:
                 continue
-            for task in (entry / "task").iterdir():
-                totals[role] += int((task / "schedstat").read_text().split()[0]) / 1e6
+            tasks = (entry / "task").iterdir()
+            found[int(entry.name)] = (role, sum(int((t / "schedstat").read_text().split()[0]) for t in tasks) / 1e6)
         except (FileNotFoundError, ProcessLookupError, PermissionError):  # it ended while being read
             continue
-    return totals
+    return found
+
+
+def spent_by_role(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """Milliseconds of CPU each role spent between two :func:`cpu_by_process` reads: a process that started in
+    between counts from zero, one that ended in between is left out (its last run time is gone)."""
+    spent = dict.fromkeys(ROLES, 0.0)
+    for pid, (role, ms) in after.items():
+        spent[role] += ms - before.get(pid, (role, 0.0))[1]
+    return spent
 
 
 def available() -> bool:
