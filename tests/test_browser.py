@@ -9,9 +9,10 @@ run picked is overlaid and its settings restored; Copy as command writes the ``a
 of each notebook is saved under ``artifacts/browser/`` (and into ``$AGL_LAB_SCREENSHOTS`` when set: ``make screenshots``
 writes ``docs/screenshots/``, the docs' pictures): each shows what a reader needs — the panel's controls at the
 top of the window with its figures below (01, 03; in 03 after a run of the notebook's length, finished), the
-recomposed config form (02), the band figures (04), the reproductions' reports (05, with its small
-``browser_parameters``: its defaults run for up to an hour). In the suite every notebook runs with its headless
-test's tiny parameters; `make screenshots` runs their defaults. The tests start and stop their own server; they need
+recomposed config form (02), the band figures (04), the experiments' table (05, whose reports come from its small
+``browser_parameters``: its defaults run for up to an hour) and one batch under every proposal (06, its runs small
+too). Other views go to ``artifacts/browser/`` only. In the suite every notebook runs with its headless test's tiny
+parameters; `make screenshots` runs their defaults. The tests start and stop their own server; they need
 ``/usr/bin/chromium`` (``apt-get install chromium``) and the ``playwright`` package, both installed by ``make test``.
 """
 
@@ -87,8 +88,8 @@ def test_notebook_in_jupyterlab(notebook: Path, lab, page: Page):
     save(page)
     errors = error_outputs(lab["root"] / notebook.name)
     assert not errors, f"{notebook.name} shows errors in JupyterLab:\n" + "\n".join(errors)
-    INTERACTIONS[notebook.stem](page)
-    screenshot(page, notebook.stem)
+    shown = INTERACTIONS[notebook.stem](page)
+    screenshot(page, notebook.stem, ending=shown)
 
 
 # ---- what a person checks in each notebook ----------------------------------------------------------------
@@ -214,16 +215,36 @@ def check_reproductions(page: Page) -> None:
     text = report.inner_text()
     assert "Claim." in text and "Verdict." in text and "expected" in text, text[:500]
     assert_images_drawn(page, min_width=300, missing="the forest plot and the bands are missing")
-    report.scroll_into_view_if_needed()
+
+
+def check_effects(page: Page) -> Locator:
+    """Notebook 05's reports (``check_reproductions``); its picture (returned: the picture ends below it) is the
+    experiments' table, each claim with its source, settings and checks (the reports' runs are the test's tiny ones)."""
+    check_reproductions(page)
+    table = page.locator(f"{PANEL} .jp-OutputArea-output table").filter(has_text="max_ppo_update_times=2").first
+    assert "Agent Lightning v1.0 docs" in table.text_content() and "both_on_cap2" in table.text_content()
+    for _ in range(2):  # JupyterLab renders the cells it scrolls to, which moves the table: scroll again
+        table.evaluate("e => e.scrollIntoView({block: 'end'})")
+        page.wait_for_timeout(500)
+    return table
 
 
 def check_proposals(page: Page) -> None:
     """The diagnostics table lists the proposals in verl PR #7580's columns; the side-by-side figure, the report of
-    the proposals' reproduction and its figures render."""
+    the proposals' reproduction and its figures render. The picture: section 1, one batch under every proposal."""
     table = page.locator(f"{PANEL} .jp-OutputArea-output table").filter(has_text="session_equal").first
     text = table.text_content()  # the DOM's text: JupyterLab may skip rendering a cell out of view
     assert "partition_preserving" in text and "ess_fraction" in text and "adv_cosine" in text, text[:500]
     check_reproductions(page)
+    side_by_side = page.locator(f"{PANEL} .jp-RenderedMarkdown").filter(has_text="Side by side: each proposal")
+    scroll_to_top(page, side_by_side.first)
+
+
+def scroll_to_top(page: Page, element: Locator) -> None:
+    """``element`` at the top of the window, the outputs below it drawn (JupyterLab renders cells as they come in)."""
+    element.evaluate("e => e.scrollIntoView({block: 'start'})")
+    page.wait_for_timeout(500)
+    element.evaluate("e => e.scrollIntoView({block: 'start'})")
 
 
 def check_config_form(page: Page) -> None:
@@ -446,31 +467,36 @@ INTERACTIONS = {
     "02_config_check": check_config_form,
     "03_short_training_runs": check_training_panel,
     "04_reproduce_curves": check_curves,
-    "05_reproduce_effects": check_reproductions,
+    "05_reproduce_effects": check_effects,
     "06_weighting_proposals": check_proposals,
 }
 
 
-def screenshot(page: Page, stem: str) -> None:
-    """The window, cut below the panel in view (when it ends above the window's bottom: no empty notebook below)."""
+def screenshot(page: Page, stem: str, *, ending: Locator | None = None) -> None:
+    """The window, cut below the panel in view, or below ``ending`` when a check names what its picture shows (when
+    that ends above the window's bottom: no empty notebook below)."""
     viewport = page.viewport_size
-    bottom = page.evaluate(
-        """(panel) => { const h = [...document.querySelectorAll(panel + ' .jp-OutputArea .widget-html-content')]
-            .find(e => e.innerText.trim() === 'Settings');
-            const cell = h && h.closest('.jp-Cell');
-            return cell ? cell.getBoundingClientRect().bottom : null; }""",
-        PANEL,
-    )
+    if ending is not None:
+        bottom = ending.bounding_box()["y"] + ending.bounding_box()["height"]
+    else:
+        bottom = page.evaluate(
+            """(panel) => { const h = [...document.querySelectorAll(panel + ' .jp-OutputArea .widget-html-content')]
+                .find(e => e.innerText.trim() === 'Settings');
+                const cell = h && h.closest('.jp-Cell');
+                return cell ? cell.getBoundingClientRect().bottom : null; }""",
+            PANEL,
+        )
     height = viewport["height"] if bottom is None else int(min(viewport["height"], max(bottom + 32, 480)))
-    save_screenshot(page, f"{stem}.png", clip={"x": 0, "y": 0, "width": viewport["width"], "height": height})
+    save_screenshot(page, f"{stem}.png", clip={"x": 0, "y": 0, "width": viewport["width"], "height": height}, docs=True)
 
 
-def save_screenshot(page: Page, name: str, *, clip: dict) -> None:
-    """``clip`` of the window into ``artifacts/browser/name``, and into ``$AGL_LAB_SCREENSHOTS`` when set."""
+def save_screenshot(page: Page, name: str, *, clip: dict, docs: bool = False) -> None:
+    """``clip`` of the window into ``artifacts/browser/name``; a picture the docs show (``docs``: one per notebook)
+    also into ``$AGL_LAB_SCREENSHOTS`` when set, so ``make screenshots`` leaves no picture the docs do not use."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / name
     page.screenshot(path=str(path), clip=clip)
-    if os.environ.get("AGL_LAB_SCREENSHOTS"):
+    if docs and os.environ.get("AGL_LAB_SCREENSHOTS"):
         target = Path(os.environ["AGL_LAB_SCREENSHOTS"])
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, target / path.name)
