@@ -96,11 +96,12 @@ test: $(BIN)/.oracle /usr/bin/chromium
 test-core: $(BIN)/.oracle
 	AGL_LAB_ORACLE_EXAMPLES=500 $(BIN)/python -m pytest $(CORE_TESTS)
 
-bench: $(BIN)/.oracle
+bench: $(BIN)/.oracle /usr/bin/chromium
 	$(BIN)/python benchmarks/bench_core.py
 	$(BIN)/python benchmarks/bench_batch_math.py
 	$(BIN)/python benchmarks/bench_weighting.py
 	$(BIN)/python benchmarks/bench_kernel_messages.py
+	$(BIN)/python benchmarks/bench_figure_drawing.py
 	$(BIN)/python benchmarks/bench_trainer.py
 	$(BIN)/python benchmarks/bench_actor.py
 	$(BIN)/python benchmarks/bench_cli.py

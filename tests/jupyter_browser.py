@@ -4,8 +4,8 @@
 toast); ``launch_chromium`` starts Debian's chromium through Playwright (its own browser download does not work
 here); ``open_notebook``/``run_all``/``wait_idle``/``save`` drive JupyterLab's own commands; ``ChangeTimer``
 measures, in the page's own clock, from a control's change event to the last redraw it caused (plotly's
-``plotly_afterplot``, ``plotly_animated``, ``plotly_transitioned`` and DOM mutations in the panel's cell, each to
-its next animation frame). Used by ``tests/test_browser.py`` and ``benchmarks/bench_browser.py``.
+``plotly_afterplot``, ``plotly_animated``, ``plotly_transitioned``, ``plotly_relayout`` and DOM mutations in the
+panel's cell, each to its next animation frame). Used by ``tests/test_browser.py`` and ``benchmarks/bench_browser.py``.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ _TIMER_JS = """
   t.watchGraphs = () => { for (const gd of cell.querySelectorAll('.js-plotly-plot')) {
       if (gd.__aglTimed || !gd.on) continue;
       gd.__aglTimed = true;
-      for (const done of ['plotly_afterplot', 'plotly_animated', 'plotly_transitioned']) {
+      for (const done of ['plotly_afterplot', 'plotly_animated', 'plotly_transitioned', 'plotly_relayout']) {
         gd.on(done, () => note('afterplot'));
       }
   } };

@@ -55,6 +55,36 @@ def test_the_kernel_message_benchmark_sends_what_a_browser_sends_for_every_contr
     assert keys == {"index", "value"}  # both kinds are among the controls
 
 
+def test_the_figure_drawing_benchmark_draws_each_change_with_live_figures_own_module(bench_weighting):
+    """The replay renders both figures with LiveFigure's ES module in Chromium and passes each recorded message to its
+    handler: every change that sent one is timed, and the page ends drawing what Python last sent (the shown mode's
+    shading, the scatter's markers)."""
+    import bench_figure_drawing
+    from jupyter_browser import launch_chromium
+    from playwright.sync_api import sync_playwright
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        panel = bench_weighting.panel_for("grpo_vectorized", SyntheticKnobs(n_prompts=8, rollouts_per_prompt=4))
+    figures = {name: getattr(panel, name).widget._figure for name in bench_figure_drawing.FIGURES}
+    first_shade = panel.bars.widget.figure.layout.shapes[0].x0
+    # each pair starts at the control's value, so the last change leaves it elsewhere: the state drawn last is new
+    pairs = {"mode": (panel.controls["mode"].value, "trl:bnpo"), "seed": (panel.controls["seed"].value, 7)}
+    recorded = [bench_figure_drawing.record(panel, control, pair, repeats=1) for control, pair in pairs.items()]
+    changes = [messages for _, per_change in recorded for messages in per_change]
+    assert all(changes), "each change of the loss mode and the seed sends figure messages"
+    with sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        page = browser.new_page(viewport={"width": 1440, "height": 1200})
+        drawn = bench_figure_drawing.replay(page, panel, figures, changes, quiet_ms=100)
+        shade = page.evaluate("() => window.__graphs.bars.layout.shapes[0].x0")
+        points = page.evaluate("() => window.__graphs.scatter.querySelectorAll('.scatterlayer .point').length")
+        browser.close()
+    assert len(drawn) == len(changes) and all(ms > 0 for ms in drawn), drawn
+    assert shade == panel.bars.widget.figure.layout.shapes[0].x0 != first_shade
+    assert points == sum(len(members) for members in panel.scatter.members) > 0
+
+
 def test_the_spread_benchmark_refuses_to_add_to_a_missing_file_or_another_torchs_before_any_demo(tmp_path, monkeypatch):
     import bench_numbers
 
