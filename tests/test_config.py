@@ -46,6 +46,7 @@ def test_defaults_are_verl_ppo_trainer_plus_agent_lightning():
         "seed": 0,
         "per_rollout_divisor": "rows",
         "cap_drop_unit": "row",
+        "model": "tiny",
         "task": "lock",
         "task_size": 8,
         "max_turns": 4,

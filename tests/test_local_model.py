@@ -11,7 +11,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM,
 
 import agl_lab
 from agl_lab.training.conversation import Conversation
-from agl_lab.training.local_model import TOKENIZER_FILES
+from agl_lab.config.model_source import TOKENIZER_FILES
 from agl_lab.training.policy import build_policy
 from agl_lab.training.step_batch import sample_step_batch
 from conftest import TINY_RUN

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from agl_lab.config.compose import compose_config
-from agl_lab.training.local_model import local_model_path
-from agl_lab.training.policy import SPECIAL_TOKENS, build_policy, generate, resolve_device, score
+from agl_lab.config.model_source import model_source
+from agl_lab.training.policy import build_policy, generate, resolve_device, score
+from agl_lab.training.tiny_model import SPECIAL_TOKENS
 from agl_lab.training.tasks import make_task
 
 WORDS = make_task("lock", size=4, max_turns=4, rewrite_prob=0.3, seed=0).words()
@@ -83,7 +84,9 @@ def test_score_gives_the_log_probs_the_sampler_drew_from():
         )
     assert log_prob.shape == entropy.shape == (1, len(response) + 1)
     assert log_prob[0, : len(response)].tolist() == pytest.approx(expected, abs=1e-5)
-    assert (entropy > 0).all()
+    assert (entropy[0, : len(response)] > 0).all()
+    # the right pad is padding in every row: cut before the forward pass, its columns are 0
+    assert log_prob[0, -1].item() == entropy[0, -1].item() == 0.0
 
 
 def test_a_local_model_folder_goes_through_the_same_code_path(tmp_path):
@@ -96,8 +99,8 @@ def test_a_local_model_folder_goes_through_the_same_code_path(tmp_path):
     assert sample(loaded, prompts, seed=4) == sample(policy, prompts, seed=4)
     # verl's own key works too when it names a local folder
     verl_key = compose_config(dotlist=[f"actor_rollout_ref.model.path={tmp_path / 'policy'}"])
-    assert local_model_path(verl_key) == tmp_path / "policy"
-    assert local_model_path(compose_config()) is None  # verl's default path is no local folder here
+    assert model_source(verl_key).path == tmp_path / "policy"
+    assert model_source(compose_config()).kind == "tiny"  # verl's default path is no local folder here
 
 
 def test_a_missing_model_folder_is_an_error_naming_the_key(tmp_path):

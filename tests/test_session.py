@@ -28,12 +28,12 @@ def test_a_disk_that_fills_mid_run_keeps_every_finished_step_the_policy_and_the_
 ):
     write = RunFiles.write
 
-    def filling_disk(self, step, metrics, timings):
+    def filling_disk(self, step, metrics, timings, transcript=None):
         if step == 3:  # the disk fills while step 3's line is written: a torn line, then ENOSPC
             self._metrics.write('{"step": 3, "training/rew')
             self._metrics.flush()
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.run_dir / "metrics.jsonl"))
-        write(self, step, metrics, timings)
+        write(self, step, metrics, timings, transcript)
 
     monkeypatch.setattr(RunFiles, "write", filling_disk)
     with pytest.raises(OSError, match="No space left on device"):
@@ -81,14 +81,14 @@ def test_ctrl_c_while_the_trackers_start_leaves_no_half_made_run_directory(tmp_p
 
 
 def test_a_run_that_fails_mid_step_still_closes_everything(tmp_path, monkeypatch, finished):
-    step = agl_lab.training.trainer._Run.step
+    step = agl_lab.training.train_step.RunState.step
 
-    def failing(self, n):
+    def failing(self, n, **kwargs):
         if n == 2:
             raise RuntimeError("a bug in step 2")
-        return step(self, n)
+        return step(self, n, **kwargs)
 
-    monkeypatch.setattr(agl_lab.training.trainer._Run, "step", failing)
+    monkeypatch.setattr(agl_lab.training.train_step.RunState, "step", failing)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RunCloseWarning)  # closing itself went fine
         with pytest.raises(RuntimeError, match="a bug in step 2"):

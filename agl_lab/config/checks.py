@@ -20,6 +20,8 @@ from omegaconf import DictConfig
 from agl_lab.config.compose import shared_base
 from agl_lab.config.constraints import constraint_problems
 from agl_lab.config.key_types import default_value
+from agl_lab.config.lab_config import PRETRAINED_TASKS
+from agl_lab.config.model_source import TINY, model_source
 from agl_lab.config.tree import leaves
 from agl_lab.core.keys import (
     ACTOR,
@@ -28,14 +30,18 @@ from agl_lab.core.keys import (
     ESTIMATOR,
     GDPO_REWARD_KEYS,
     LAB,
+    LORA_RANK,
     LOSS_MODE,
     MINI_BATCH,
+    MODEL,
+    MODEL_PATH_LAB,
     ROLLOUT_LEVEL,
+    TASK,
     TRAIN_BATCH,
 )
 from agl_lab.core.row_weights import ROW_WEIGHTED_LOSS_MODES
 
-__all__ = ["Finding", "lab_estimator_problem", "value_findings", "verl_actor_problem"]
+__all__ = ["Finding", "lab_estimator_problem", "policy_findings", "value_findings", "verl_actor_problem"]
 
 Getter = Callable[[str], Any]
 
@@ -93,6 +99,14 @@ def verl_actor_problem(get: Getter) -> Finding | None:
     The doctor reports it; :class:`agl_lab.training.verl_actor.VerlActor` refuses with the same line."""
     if get(ACTOR_BACKEND) != "verl":
         return None
+    if (get(LORA_RANK) or 0) > 0:
+        return Finding(
+            "error",
+            LORA_RANK,
+            "the lab copies verl's actor engine's weights back into its policy after each update, which a LoRA adapter "
+            "(peft's, in the lab) does not fit",
+            f"set {ACTOR_BACKEND}=lab (it trains the adapter), or {LORA_RANK}=0",
+        )
     if get(CAP_DROP_UNIT) == "rollout":
         return Finding(
             "error",
@@ -114,6 +128,26 @@ def verl_actor_problem(get: Getter) -> Finding | None:
         f"advantages only and aggregates {' and '.join(terms)} unweighted",
         f"set {ACTOR_BACKEND}=lab (the lab's actor weighs every term), or turn the entropy and KL terms off",
     )
+
+
+def policy_findings(cfg: DictConfig) -> list[Finding]:
+    """The short run's policy and task must fit: one policy named, and a task in English for a model that reads it
+    (:mod:`agl_lab.config.model_source`)."""
+    try:
+        source = model_source(cfg)
+    except ValueError as exc:
+        return [Finding("error", MODEL, str(exc).split(": set ")[0], f"set {MODEL}={TINY} or {MODEL_PATH_LAB}=null")]
+    task = cfg.lab.task
+    if task in PRETRAINED_TASKS and source.kind == TINY:
+        return [
+            Finding(
+                "error",
+                TASK,
+                f"{task} asks its questions in English, which the tiny word-level policy cannot read",
+                f"set {MODEL}=smollm2-135m-instruct (or {MODEL_PATH_LAB} to a chat model), or {TASK}=lock",
+            )
+        ]
+    return []
 
 
 def _finite(cfg: DictConfig) -> list[Finding]:

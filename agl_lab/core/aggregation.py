@@ -39,7 +39,7 @@ from agl_lab.core import keys
 from agl_lab.core.rows import build_rows
 from agl_lab.core.turn_rewards import add_extra_rewards, check_turn_rewards, place_rewards
 
-__all__ = ["MISMATCH_LIMIT", "TRACE_LEVELS", "LLMCall", "Rollout", "aggregate", "aggregation_limits"]
+__all__ = ["MISMATCH_LIMIT", "TRACE_LEVELS", "LLMCall", "Rollout", "aggregate", "aggregation_limits", "row_calls"]
 
 TRACE_LEVELS = ("transition", "trajectory")
 Level = Literal["transition", "trajectory"]
@@ -206,6 +206,15 @@ def aggregate(
         metrics[keys.N_UNMERGED_ROLLOUTS] = n_unmerged
         metrics[keys.N_TRACE_MERGE_MISMATCH_ROWS] = min(n_mismatch, MISMATCH_LIMIT)
     return batch, metrics
+
+
+def row_calls(rollout: Rollout, *, level: Level) -> list[list[int]]:
+    """The calls of each of a rollout's candidate rows (before the limits, which skip a row with no trainable token):
+    one a row at the transition level; at the trajectory level a new row at each merge mismatch."""
+    if level == "transition" or not rollout.calls:
+        return [[turn] for turn in range(len(rollout.calls))]
+    rows, _ = _merge(rollout)
+    return [[turn for turn, _ in row.turn_ends] for row in rows]
 
 
 def _row(rollout: Rollout, turn: int, call: LLMCall) -> _Row:

@@ -1,35 +1,33 @@
 """The prepared reproductions: one table of experiments, each a claim, its source, its settings and its checks.
 
-An :class:`Experiment` names a claim from a paper or the docs, the settings that test it (short runs of the lab's
-default task, :func:`agl_lab.short_run_config`, plus the experiment's own ``dotlist``), and its :class:`Check` s:
-what must hold for the claim to count as reproduced. A check compares one setting with another, paired by seed
-(:func:`agl_lab.curves.effects.compare_settings`), or with 0 (``baseline=None``: the setting's own runs), and passes
-when the 95% interval lies on the expected side of 0; or it asks that a metric be exactly 0 at every step of every
-run (``expect="zero"``). ``shown`` comparisons are measured with no claim. Adding an experiment is one entry of
-:data:`EXPERIMENTS`; :mod:`agl_lab.studies.reproduce` runs and judges them (``agl-lab reproduce NAME``).
+What an experiment is (:class:`~agl_lab.studies.experiment.Experiment`, its :class:`~agl_lab.studies.experiment.Check`
+s): :mod:`agl_lab.studies.experiment`. Each runs short runs of the lab's default task (the lock game, the tiny policy)
+unless its ``dotlist`` says otherwise: ``real-model-settings`` trains the pretrained SmolLM2-135M-Instruct on
+``retry_arith``. Adding an experiment is one entry of :data:`EXPERIMENTS`; :mod:`agl_lab.studies.reproduce` runs and
+judges them (``agl-lab reproduce NAME``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 import pandas as pd
 
-from agl_lab.config.dotlist import format_dotlist
-from agl_lab.config.settings import DEMO_SETTINGS, setting_overrides
+from agl_lab.config.settings import DEMO_SETTINGS
 from agl_lab.config.task_rows import lock_row_lengths
 from agl_lab.core.keys import (
     CAP_DROP_UNIT,
+    CPU_THREADS,
     ESTIMATOR,
     MAX_PPO_UPDATE_TIMES,
     MAX_PROMPT_LENGTH,
     MAX_RESPONSE_LENGTH,
     MEAN_TURNS,
+    MODEL,
     MULTI_ROW_MASS_SHARE,
     MULTI_ROW_OVERWEIGHT,
+    N_SAMPLE,
     N_SAMPLE_DROPPED_RANDOM,
     N_SAMPLE_DROPPED_SAME_REWARD,
+    N_SAMPLE_TRAINED,
     PPO_UPDATES,
     RESPONSE_LENGTH_FAILED,
     TRACE_LEVEL,
@@ -38,59 +36,26 @@ from agl_lab.core.keys import (
     TURN_COST,
 )
 from agl_lab.curves.summary import SUCCESS
+from agl_lab.studies.experiment import Check, Experiment, mode_setting
 
 __all__ = ["EXPERIMENTS", "Check", "Experiment", "experiment_table"]
 
 _AGL_DOCS = "https://microsoft.github.io/agent-lightning/stable/4-trainer-configuration/"
-
-
-@dataclass(frozen=True)
-class Check:
-    """What must hold: ``setting`` − ``baseline`` (or the setting's own values, ``baseline=None``) of ``metric`` over
-    ``window`` is ``higher``/``lower`` than 0 (95% interval), or ``metric`` is 0 at every step (``zero``);
-    ``none``: measured and shown, no claim. ``method``: compare_settings' statistics for a comparison with a
-    baseline (``rliable``: the IQM difference's stratified-bootstrap interval, and the probability of improvement)."""
-
-    setting: str
-    metric: str
-    expect: Literal["higher", "lower", "zero", "none"]
-    window: str = "all"
-    baseline: str | None = None
-    method: str = "paired_t"
-
-
-@dataclass(frozen=True)
-class Experiment:
-    name: str
-    claim: str
-    source: str
-    settings: dict[str, tuple[str, ...]]
-    checks: tuple[Check, ...]
-    shown: tuple[Check, ...] = ()  # measured with no claim (expect="none")
-    dotlist: tuple[str, ...] = ()  # for every run, before the user's
-    note: str = ""
-
-
-def _mode(mode: str, *, rollout_level: bool, level: str | None = None) -> tuple[str, ...]:
-    items = tuple(format_dotlist(setting_overrides(rollout_level=rollout_level, mode=mode, max_ppo_update_times=None)))
-    return items if level is None else (*items, f"{TRACE_LEVEL}={level}")
-
-
 _VERL_7580 = "https://github.com/verl-project/verl/pull/7580"
 # weighting-proposals: the settings it trains (each its own loss mode's diagnostics) and the baseline they face
 _PROPOSALS = {
-    "seq-mean-token-mean": _mode("seq-mean-token-mean", rollout_level=True, level="transition"),
-    "session_equal": _mode("session_equal", rollout_level=True, level="transition"),
-    "partition_preserving": _mode("partition_preserving", rollout_level=True, level="transition"),
-    "per_rollout_mean": _mode("per_rollout_mean:rows", rollout_level=True, level="transition"),
-    "trajectory": _mode("seq-mean-token-mean", rollout_level=True, level="trajectory"),
+    "seq-mean-token-mean": mode_setting("seq-mean-token-mean", rollout_level=True, level="transition"),
+    "session_equal": mode_setting("session_equal", rollout_level=True, level="transition"),
+    "partition_preserving": mode_setting("partition_preserving", rollout_level=True, level="transition"),
+    "per_rollout_mean": mode_setting("per_rollout_mean:rows", rollout_level=True, level="transition"),
+    "trajectory": mode_setting("seq-mean-token-mean", rollout_level=True, level="trajectory"),
 }
 _UNWEIGHTED = "seq-mean-token-mean"
 _GAP, _ESS, _COSINE = "lab/diagnostics/gap", "lab/diagnostics/ess_fraction", "lab/diagnostics/adv_cosine"
 # turn-index-bias: per-turn credit (rollout-level off) beside rollout-level advantage, one loss for all
 _RFC_7244 = "https://github.com/verl-project/verl/issues/7244"
 _TURNS = {
-    name: (*_mode("per_rollout_mean:rows", rollout_level=name == "rollout_level"), f"{ESTIMATOR}={est}")
+    name: (*mode_setting("per_rollout_mean:rows", rollout_level=name == "rollout_level"), f"{ESTIMATOR}={est}")
     for name, est in (("mt_grpo", "mt_grpo"), ("mt_grpo_fix", "mt_grpo_fix"), ("rollout_level", "grpo"),
                       ("turn_grpo", "turn_grpo"))
 }  # fmt: skip
@@ -109,9 +74,9 @@ EXPERIMENTS: dict[str, Experiment] = {
             "per_rollout_mean gives every rollout the same mass.",
             f"Agent Lightning v1.0 docs, the per_rollout_mean loss ({_AGL_DOCS}); agl_lab issue 18",
             {
-                "token-mean": _mode("token-mean", rollout_level=False),
-                "seq-mean-token-mean": _mode("seq-mean-token-mean", rollout_level=False),
-                "per_rollout_mean": _mode("per_rollout_mean:rows", rollout_level=True),
+                "token-mean": mode_setting("token-mean", rollout_level=False),
+                "seq-mean-token-mean": mode_setting("seq-mean-token-mean", rollout_level=False),
+                "per_rollout_mean": mode_setting("per_rollout_mean:rows", rollout_level=True),
             },
             (
                 Check("token-mean", MULTI_ROW_OVERWEIGHT, "higher", baseline="per_rollout_mean"),
@@ -134,8 +99,8 @@ EXPERIMENTS: dict[str, Experiment] = {
             "over training; under a constant normalizer (TRL dr_grpo = verl seq-mean-token-sum-norm) they do not.",
             "Liu et al. 2025, Understanding R1-Zero-Like Training: A Critical Perspective (Dr. GRPO), arXiv:2503.20783",
             {
-                "seq-mean-token-mean": _mode("seq-mean-token-mean", rollout_level=False),
-                "seq-mean-token-sum-norm": _mode("seq-mean-token-sum-norm", rollout_level=False),
+                "seq-mean-token-mean": mode_setting("seq-mean-token-mean", rollout_level=False),
+                "seq-mean-token-sum-norm": mode_setting("seq-mean-token-sum-norm", rollout_level=False),
             },
             (
                 Check(
@@ -261,6 +226,36 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
     )
 }
+
+
+# real-model-settings: the demo's three settings and PR #7580's session-equal weights, on the pretrained preset's model
+_REAL = {**DEMO_SETTINGS, "session_equal": mode_setting("session_equal", rollout_level=True)}
+EXPERIMENTS["real-model-settings"] = Experiment(
+    "real-model-settings",
+    "Measured, not claimed elsewhere: a pretrained chat model (SmolLM2-135M-Instruct, LoRA r16) learns the "
+    "retry_arith task (addition with retries) within 20 short steps under each of the settings: its success over the "
+    "last 20% of steps is above its success over the first 20%. Beside it, each setting against plain verl "
+    "(both_off): success, rows per step, rows trained, drops.",
+    "agl_lab issue 49; the settings: Agent Lightning v1.0 docs (" + _AGL_DOCS + "); session_equal: verl PR #7580 "
+    f"(open, proposed; {_VERL_7580})",
+    _REAL,
+    tuple(Check(name, SUCCESS, "higher", "last_minus_first") for name in _REAL),
+    shown=(
+        *(Check(name, SUCCESS, "none", "last_20pct", baseline="both_off") for name in _REAL if name != "both_off"),
+        *(Check(name, N_SAMPLE, "none", baseline="both_off") for name in _REAL if name != "both_off"),
+        Check("both_on_cap2", N_SAMPLE_TRAINED, "none", baseline="both_on"),
+        Check("both_on_cap2", N_SAMPLE_DROPPED_SAME_REWARD, "none", baseline="both_on"),
+        Check("both_on_cap2", N_SAMPLE_DROPPED_RANDOM, "none", baseline="both_on"),
+        Check("both_on_cap2", PPO_UPDATES, "none", baseline="both_on"),
+    ),
+    dotlist=(f"{MODEL}=smollm2-135m-instruct", f"{CPU_THREADS}=1"),
+    note="Every run: the pretrained preset (conf/pretrained.yaml: retry_arith with operands 0-9 and up to 3 tries, "
+    "4 questions x 4 rollouts a step, 32 tokens a call, LoRA r16 alpha 32 on every linear layer, lr 1e-4, 20 steps), "
+    "Agent Lightning's trajectory level with lab.rewrite_prob 0.3 (a wrong answer's context is rewritten: a new row), "
+    f"{CPU_THREADS}=1 so that Ray runs one cell per core. Success = the share of a step's 16 rollouts answered right "
+    "within their tries; training/n_sample = rows per step (16 rollouts). A result on one model and one task, not a "
+    "general one.",
+)
 
 
 def experiment_table() -> pd.DataFrame:

@@ -166,7 +166,8 @@ def build_optimizer_and_scheduler(
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
     """verl's optimizer from ``actor.optim`` and its LR schedule, stepped once per training step as verl does."""
     optim = actor.optim
-    optimizer = build_optimizer(policy.model.parameters(), optim)
+    # only what trains: with a LoRA adapter (agl_lab.training.lora) the base weights are frozen
+    optimizer = build_optimizer([p for p in policy.model.parameters() if p.requires_grad], optim)
     warmup = optim.lr_warmup_steps if optim.lr_warmup_steps and optim.lr_warmup_steps > 0 else None
     warmup = warmup if warmup is not None else int(optim.lr_warmup_steps_ratio * total_steps)
     if optim.lr_scheduler_type == "constant":

@@ -26,7 +26,7 @@ from agl_lab.config.checks import Finding
 from agl_lab.core.keys import LR
 from agl_lab.training.actor import build_optimizer_and_scheduler
 from agl_lab.training.policy import build_policy
-from agl_lab.training.tasks import make_task
+from agl_lab.training.tasks import task_from_config
 
 __all__ = ["PROBED_LR", "first_update_findings"]
 
@@ -54,9 +54,7 @@ def first_update_findings(cfg: DictConfig, actor: Any) -> list[Finding]:
 
 
 def _samples_after_the_first_step(cfg: DictConfig, actor: Any) -> bool:
-    lab = cfg.lab
-    task = make_task(lab.task, size=lab.task_size, max_turns=lab.max_turns, rewrite_prob=lab.rewrite_prob, seed=0)
-    policy = build_policy(cfg, words=task.words())
+    policy = build_policy(cfg, words=task_from_config(cfg, seed=0).words())
     optimizer, _ = build_optimizer_and_scheduler(policy, actor, total_steps=1)
     for group in optimizer.param_groups:  # the schedule's peak: a warmup only delays the same updates
         group["lr"] = actor.optim.lr

@@ -1,115 +1,112 @@
-"""A policy from a local Hugging Face model folder: which folder the config names, what it must hold, and loading it.
+"""Loading the policy a config names (:mod:`agl_lab.config.model_source`): a folder, a GGUF file or a saved adapter.
 
-``lab.model_path`` (else ``actor_rollout_ref.model.path`` when that is a local folder) names a folder saved with
-``save_pretrained``: a causal language model (``config.json`` and its weights) and the tokenizer it was trained with.
-Any architecture ``AutoModelForCausalLM`` loads will do (Qwen2, Llama, a finished run's ``policy/``, ...); nothing is
-downloaded. The task's prompts go through that tokenizer, and through its chat template when it has one
-(:mod:`agl_lab.training.conversation`), so the policy sees what it would see behind a chat endpoint.
+Everything loads in float32 (the lab's updates and log-probs are fp32; on CUDA the forward passes run under bf16
+autocast, :mod:`agl_lab.training.policy`). The task's prompts go through the model's own tokenizer, and through its
+chat template when it has one (:mod:`agl_lab.training.conversation`), so the policy sees what it would see behind a
+chat endpoint.
 
-:func:`check_model_folder` reads only small files (``config.json``, the tokenizer's names), so every entrance runs it
-before a run or a sweep creates anything (:func:`agl_lab.training.preflight.check_trainable`): a folder that is not a
-causal LM, or that lacks its tokenizer, is one error naming the key and the fix, not a traceback from transformers
-after the first cells trained.
+* A Hugging Face folder: ``AutoModelForCausalLM`` / ``AutoTokenizer.from_pretrained``.
+* A GGUF file (``lab.model=smollm2-135m-instruct``, or ``lab.model_path=FILE.gguf``): transformers dequantizes it
+  through the ``gguf`` package (~16 s for SmolLM2-135M on 2 cores). The result is kept as a Hugging Face folder in the
+  cache (:func:`cache_dir`, ``$AGL_LAB_CACHE`` or ``~/.cache/agl_lab``; 540 MB for SmolLM2-135M), one per file, size and
+  modification time, and later loads read that (~1 s). It is written whole or not at all, so runs starting side by
+  side (a sweep's cells) may each write it: the first rename wins, the others read it.
+* A LoRA adapter folder a run saved (``adapter_config.json``): its base model as above, the adapter applied with peft
+  and merged into it; training then goes on from the merged weights (with a fresh adapter when ``lora_rank`` > 0).
+
+End of a response: a chat model's turn ends with its end-of-turn token, which the model's generation config names.
+transformers' GGUF conversion gives SmolLM2's tokenizer ``<|im_start|>`` as its EOS although the file says
+``<|im_end|>`` (id 2): the tokenizer's EOS is set to the generation config's, so sampling stops where a chat server
+would.
 """
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 
 from omegaconf import DictConfig
 
-from agl_lab.core.keys import MODEL_PATH, MODEL_PATH_LAB
+from agl_lab.config.model_source import ModelSource, adapter_base
+from agl_lab.files.atomic_files import written_whole
 
-__all__ = ["TOKENIZER_FILES", "check_model_folder", "load_local_model", "local_model_path"]
-
-# A folder holds a tokenizer when it has one of these (what AutoTokenizer builds one from); tokenizer_config.json
-# alone only configures one.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+__all__ = ["cache_dir", "load_model"]
 
 
-def local_model_path(cfg: DictConfig) -> Path | None:
-    """``lab.model_path`` (must exist), else ``actor_rollout_ref.model.path`` if it is a local directory, else None."""
-    if cfg.lab.model_path:
-        path = Path(cfg.lab.model_path).expanduser()
-        if not path.is_dir():
-            raise FileNotFoundError(
-                f"{MODEL_PATH_LAB}={cfg.lab.model_path!r} is not a directory: give a local Hugging Face model folder "
-                "(config.json + weights), e.g. a finished run's policy/ folder, or null for the tiny default policy"
-            )
-        return path
-    verl_path = cfg.actor_rollout_ref.model.get("path")
-    if verl_path and Path(str(verl_path)).expanduser().is_dir():
-        return Path(str(verl_path)).expanduser()
-    return None
+def load_model(cfg: DictConfig, source: ModelSource):
+    """``(model, tokenizer)`` from a checked ``source`` (not ``tiny``), in float32."""
+    if source.kind == "adapter":
+        from peft import PeftModel
+        from transformers import AutoTokenizer
+
+        model, _ = load_model(cfg, adapter_base(source.path))
+        model = PeftModel.from_pretrained(model, source.path).merge_and_unload()
+        tokenizer = AutoTokenizer.from_pretrained(source.path)
+        return model, _finish_tokenizer(tokenizer, model, where=source.where)
+    folder = _dequantized(source.path) if source.kind == "gguf" else source.path
+    trust = bool(cfg.actor_rollout_ref.model.get("trust_remote_code", False)) and source.kind == "folder"
+    return _from_folder(folder, trust=trust, where=source.where)
 
 
-def check_model_folder(cfg: DictConfig) -> Path | None:
-    """The local model folder the config names (None: the tiny default policy), after checking it holds a causal LM
-    and its tokenizer; raises ``FileNotFoundError`` (a missing file) or ``ValueError`` (not a causal LM)."""
-    path = local_model_path(cfg)
-    if path is None:
-        return None
-    key = MODEL_PATH_LAB if cfg.lab.model_path else MODEL_PATH
-    where = f"{key}={str(path)!r}"
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise FileNotFoundError(
-            f"{where} has no config.json, so it is no Hugging Face model folder: give a folder written by "
-            "save_pretrained (config.json, weights and tokenizer), e.g. a finished run's policy/ folder"
-        )
-    try:
-        config = json.loads(config_file.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{where}: its config.json cannot be read ({exc}): save the model again") from exc
-    if not isinstance(config, dict):
-        raise ValueError(f"{where}: its config.json is not a JSON object: save the model again")
-    _check_causal_lm(config, where=where)
-    if not any((path / name).is_file() for name in TOKENIZER_FILES):
-        raise FileNotFoundError(
-            f"{where} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}): the task's prompts go through the "
-            "model's own tokenizer; save it beside the model (tokenizer.save_pretrained(folder)), or give a folder "
-            "that has one"
-        )
-    return path
+def cache_dir() -> Path:
+    """Where dequantized GGUF models are kept: ``$AGL_LAB_CACHE``, else ``$XDG_CACHE_HOME/agl_lab`` or
+    ``~/.cache/agl_lab``."""
+    if os.environ.get("AGL_LAB_CACHE"):
+        return Path(os.environ["AGL_LAB_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "agl_lab"
 
 
-def load_local_model(cfg: DictConfig, path: Path):
-    """``(model, tokenizer)`` from the checked folder, in float32 (the lab's updates and log-probs are fp32)."""
+def _from_folder(folder: Path, *, trust: bool, where: str):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    trust = bool(cfg.actor_rollout_ref.model.get("trust_remote_code", False))
-    key = MODEL_PATH_LAB if cfg.lab.model_path else MODEL_PATH
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, trust_remote_code=trust)
+    return model, _finish_tokenizer(tokenizer, model, where=where)
+
+
+def _finish_tokenizer(tokenizer, model, *, where: str):
+    """EOS = the generation config's end-of-turn token (module docstring); a pad token where there is none."""
+    generation = getattr(model, "generation_config", None)
+    ends = getattr(generation, "eos_token_id", None)
+    ends = [ends] if isinstance(ends, int) else list(ends or [])
+    if ends and tokenizer.eos_token_id not in ends:
+        tokenizer.eos_token = tokenizer.convert_ids_to_tokens(ends[0])
     if tokenizer.eos_token_id is None:
         raise ValueError(
-            f"{key}={str(path)!r}: its tokenizer has no eos_token, so no response could end: set eos_token in the "
-            "folder's tokenizer_config.json (a chat model's end-of-turn token, e.g. <|im_end|>)"
+            f"{where}: its tokenizer has no eos_token, so no response could end: set eos_token in the folder's "
+            "tokenizer_config.json (a chat model's end-of-turn token, e.g. <|im_end|>)"
         )
     if tokenizer.pad_token_id is None:  # many chat models ship without one; padding is masked anyway
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust)
-    return model, tokenizer
+    return tokenizer
 
 
-def _check_causal_lm(config: dict, *, where: str) -> None:
-    """Refuse a config that transformers would not load as a causal LM, or whose saved head is another task's."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+def _dequantized(file: Path) -> Path:
+    """The cached Hugging Face folder of a GGUF file, made on first use (module docstring)."""
+    stat = file.stat()
+    folder = cache_dir() / "gguf" / f"{file.stem}-{stat.st_size}-{stat.st_mtime_ns}"
+    if (folder / "config.json").is_file():
+        return folder
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
-    if "AutoModelForCausalLM" in (config.get("auto_map") or {}):
-        return  # its own code (trust_remote_code) declares a causal LM
-    model_type = config.get("model_type")
-    architectures = [str(name) for name in config.get("architectures") or []]
-    causal = {name for value in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values() for name in _names(value)}
-    what = f"a {architectures[0]} (model_type {model_type})" if architectures else f"model_type {model_type!r}"
-    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or (architectures and not set(architectures) & causal):
-        raise ValueError(
-            f"{where} holds {what}, not a causal language model: the policy is loaded with AutoModelForCausalLM; "
-            "give the folder of a ...ForCausalLM model (its config.json 'architectures' names one, e.g. "
-            "Qwen2ForCausalLM or LlamaForCausalLM)"
-        )
-
-
-def _names(value) -> tuple[str, ...]:
-    return (value,) if isinstance(value, str) else tuple(value)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # "Converting and de-quantizing GGUF tensors" would bury the run's own bar
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name)
+        model = AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name, dtype=torch.float32)
+        tokenizer = _finish_tokenizer(tokenizer, model, where=str(file))
+        try:
+            with written_whole(folder) as partial:
+                model.save_pretrained(partial)
+                tokenizer.save_pretrained(partial)
+        except OSError:
+            if not (folder / "config.json").is_file():  # not another process's copy that got there first
+                raise
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    return folder

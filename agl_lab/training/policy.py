@@ -1,46 +1,48 @@
 """The policy of a short run: a causal LM and its tokenizer, sampling responses and scoring them.
 
-By default a tiny ``LlamaForCausalLM`` (``lab.model_layers`` layers of width ``lab.model_hidden``) is built
-from a config, with a word-level tokenizer over the task's words built in code: nothing is downloaded,
-the weights come from ``lab.seed`` through a generator of the run's own (never torch's process-wide one, so runs in
-threads of one process do not disturb each other), and it learns the default task on a laptop CPU. A local Hugging Face
-causal-LM folder with its tokenizer (``lab.model_path``, else ``actor_rollout_ref.model.path`` when that is a local
-directory; :mod:`agl_lab.training.local_model`) goes through the same code: ``from_pretrained`` instead of a config.
-A finished run's ``policy/`` folder is such a directory. ``lab.device: auto`` picks CUDA when torch sees a GPU, else
-the CPU.
+Which model (:mod:`agl_lab.config.model_source`): the tiny default built from a config
+(:mod:`agl_lab.training.tiny_model`), a pretrained chat model shipped on PyPI (``lab.model``), or a local folder or
+GGUF file (``lab.model_path``; :mod:`agl_lab.training.local_model` loads them); with a LoRA adapter when verl's
+``lora_rank`` > 0 (:mod:`agl_lab.training.lora`). All go through the same code. ``lab.device: auto`` picks CUDA when
+torch sees a GPU, else the CPU. Weights stay float32 on both; on CUDA the forward passes run under bf16 autocast (what
+verl's FSDP workers do with their default mixed precision: fp32 parameters, bf16 compute), on the CPU in float32.
 
 Sampling and scoring read verl's rollout keys (``temperature``, ``top_k``, ``top_p``): log-probs are taken
-on logits divided by the temperature, as verl's actor does, so old and new log-probs match the sampler.
+on logits divided by the temperature, as verl's actor does, so old and new log-probs match the sampler. Scoring cuts
+the columns that are padding in every row of a micro-batch before the forward pass (rows are padded to the
+aggregator's limits, as Agent Lightning pads them; verl's workers skip padding with ``use_remove_padding``): masked
+columns change no other position's attention, so the log-probs are the same up to float rounding.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import torch
 import verl.utils.torch_functional as verl_F
 from omegaconf import DictConfig
-from tokenizers import Tokenizer, models, pre_tokenizers
-from torch import nn
-from transformers import (
-    LlamaConfig,
-    LlamaForCausalLM,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-    PreTrainedTokenizerFast,
-)
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-from agl_lab.core.keys import DEVICE, MODEL_HIDDEN
+from agl_lab.config.model_source import TINY, check_model_source
+from agl_lab.core.keys import DEVICE, MODEL
 from agl_lab.files.atomic_files import written_whole
-from agl_lab.training.local_model import check_model_folder, load_local_model
+from agl_lab.training.local_model import load_model
+from agl_lab.training.lora import apply_lora, has_adapter, save_adapter_or_merged
+from agl_lab.training.tiny_model import tiny_llama, word_tokenizer
 
-__all__ = ["SPECIAL_TOKENS", "Policy", "build_policy", "generate", "resolve_device", "score"]
+__all__ = ["GenerationStopped", "Policy", "build_policy", "generate", "resolve_device", "score"]
 
-SPECIAL_TOKENS = ("<pad>", "<unk>", "<eos>")  # ids 0, 1, 2 in the tiny tokenizer
+
+class StopEvent(Protocol):
+    def is_set(self) -> bool: ...
+
+
+class GenerationStopped(Exception):
+    """The stop event was set while the policy sampled: the step's rollouts are incomplete and are dropped."""
 
 
 @dataclass
@@ -51,6 +53,7 @@ class Policy:
     tokenizer: PreTrainedTokenizerBase
     device: torch.device
     source: str
+    base: str | None = None  # what a saved adapter names as its base (agl_lab.training.lora); None: saved merged
 
     @property
     def pad_token_id(self) -> int:
@@ -66,14 +69,24 @@ class Policy:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """bf16 autocast on CUDA (fp32 weights, bf16 compute), nothing on the CPU (module docstring)."""
+        if self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     def save(self, path: Path) -> None:
-        """``save_pretrained`` model and tokenizer: the folder loads back as ``lab.model_path``. Written whole or not
-        at all (a temporary folder renamed to ``path``): a stopped save never leaves a folder that cannot load."""
+        """``save_pretrained`` model (or its LoRA adapter, :mod:`agl_lab.training.lora`) and tokenizer: the folder loads
+        back as ``lab.model_path``. Written whole or not at all (a temporary folder renamed to ``path``): a stopped save
+        never leaves a folder that cannot load."""
         bars = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # a "Writing model shards" bar would land after the CLI's last line
         try:
             with written_whole(path) as partial:
-                self.model.save_pretrained(partial)
+                if has_adapter(self.model):
+                    save_adapter_or_merged(self.model, partial, base=self.base)
+                else:
+                    self.model.save_pretrained(partial)
                 self.tokenizer.save_pretrained(partial)
         finally:
             if bars:
@@ -81,18 +94,22 @@ class Policy:
 
 
 def build_policy(cfg: DictConfig, *, words: list[str]) -> Policy:
-    """The tiny default policy over ``words`` (the task's vocabulary), or the local model the config names."""
+    """The tiny default policy over ``words`` (the task's vocabulary), or the model the config names; with a LoRA
+    adapter when ``lora_rank`` > 0."""
     lab = cfg.lab
     device = resolve_device(lab.device)
-    path = check_model_folder(cfg)
-    if path is not None:
-        model, tokenizer = load_local_model(cfg, path)
-        source = str(path)
+    source = check_model_source(cfg)
+    if source.kind == TINY:
+        tokenizer = word_tokenizer(words)
+        model = tiny_llama(tokenizer, layers=lab.model_layers, hidden=lab.model_hidden, seed=lab.seed)
+        shown = f"tiny LlamaForCausalLM ({lab.model_layers} layers, hidden {lab.model_hidden}, vocab {len(tokenizer)})"
+        base = None
     else:
-        tokenizer = _word_tokenizer(words)
-        model = _tiny_llama(tokenizer, layers=lab.model_layers, hidden=lab.model_hidden, seed=lab.seed)
-        source = f"tiny LlamaForCausalLM ({lab.model_layers} layers, hidden {lab.model_hidden}, vocab {len(tokenizer)})"
-    return Policy(model=model.to(device), tokenizer=tokenizer, device=device, source=source)
+        model, tokenizer = load_model(cfg, source)
+        shown = source.name if source.key == MODEL else str(source.path)
+        base = source.name if source.key == MODEL else str(source.path.resolve())
+    model = apply_lora(model, cfg)
+    return Policy(model=model.to(device), tokenizer=tokenizer, device=device, source=shown, base=base)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -124,8 +141,10 @@ def generate(
     top_k: int,
     top_p: float,
     generator: torch.Generator,
+    stop_event: StopEvent | None = None,
 ) -> list[list[int]]:
-    """Sample one response per prompt (token ids, up to and including EOS), batched with a KV cache."""
+    """Sample one response per prompt (token ids, up to and including EOS), batched with a KV cache. A set
+    ``stop_event`` ends it between two tokens with :class:`GenerationStopped`."""
     model, device, pad = policy.model, policy.device, policy.pad_token_id
     model.eval()
     lengths = torch.tensor([len(p) for p in prompts])
@@ -137,7 +156,8 @@ def generate(
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp_min(0)  # (n, P)
 
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
+    with policy.autocast():
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
     next_position = position_ids[:, -1:] + 1  # (n, 1)
     finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)  # (n,)
     tokens = []
@@ -149,14 +169,17 @@ def generate(
         finished |= token == policy.eos_token_id
         if bool(finished.all()) or t == max_new_tokens - 1:
             break
+        if stop_event is not None and stop_event.is_set():
+            raise GenerationStopped
         attention_mask = torch.cat([attention_mask, alive.long()[:, None]], dim=-1)  # (n, P + t + 1)
-        out = model(
-            input_ids=token[:, None],
-            attention_mask=attention_mask,
-            position_ids=next_position,
-            past_key_values=out.past_key_values,
-            use_cache=True,
-        )
+        with policy.autocast():
+            out = model(
+                input_ids=token[:, None],
+                attention_mask=attention_mask,
+                position_ids=next_position,
+                past_key_values=out.past_key_values,
+                use_cache=True,
+            )
         next_position = next_position + 1
     sampled = torch.stack(tokens, dim=-1).cpu()  # (n, new)
     return [_until_eos(row, policy.eos_token_id) for row in sampled.tolist()]
@@ -174,18 +197,33 @@ def score(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropies) of the last ``response_length`` tokens of each row, as verl's actor takes them.
 
-    Inputs are (rows, P + R) in verl's row layout; returns (rows, R) tensors. Gradients flow unless the caller
-    disables them.
+    Inputs are (rows, P + R) in verl's row layout; returns (rows, R) tensors, 0 where every row is padding. Gradients
+    flow unless the caller disables them.
     """
-    logits = policy.model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-    ).logits  # (rows, P + R, V)
+    used = attention_mask.any(dim=0).nonzero()  # (columns with a token in some row, 1)
+    first, last = (int(used[0]), int(used[-1]) + 1) if len(used) else (0, 1)
+    prompt_width = input_ids.shape[1] - response_length
+    first, last = min(first, prompt_width - 1), max(last, prompt_width)  # keep the column that predicts token 1
+    kept = last - prompt_width  # response columns up to the last token of any row
+    with policy.autocast():
+        logits = policy.model(
+            input_ids=input_ids[:, first:last],
+            attention_mask=attention_mask[:, first:last],
+            position_ids=position_ids[:, first:last],
+            use_cache=False,
+            logits_to_keep=kept + 1,  # the output head only where a response token is predicted, and the last column
+        ).logits  # (rows, kept + 1, V)
     # position t predicts token t + 1, so the response's logits start one column before it
-    logits = logits[:, -response_length - 1 : -1].float() / temperature  # (rows, R, V)
-    responses = input_ids[:, -response_length:]  # (rows, R)
-    log_prob = verl_F.logprobs_from_logits(logits, responses)  # (rows, R)
-    entropy = verl_F.entropy_from_logits(logits) if with_entropy else None  # (rows, R)
+    logits = logits[:, :-1].float() / temperature  # (rows, kept, V)
+    responses = input_ids[:, prompt_width:last]  # (rows, kept)
+    log_prob = _full_width(verl_F.logprobs_from_logits(logits, responses), response_length)  # (rows, R)
+    entropy = _full_width(verl_F.entropy_from_logits(logits), response_length) if with_entropy else None  # (rows, R)
     return log_prob, entropy
+
+
+def _full_width(values: torch.Tensor, width: int) -> torch.Tensor:
+    """(rows, kept) → (rows, width): zeros for the response columns no row reached."""
+    return torch.nn.functional.pad(values, (0, width - values.shape[1]))
 
 
 def _sample(
@@ -211,71 +249,3 @@ def _sample(
 def _until_eos(row: list[int], eos: int) -> list[int]:
     # a row is padded only after its EOS, so a row without EOS is all sampled tokens
     return row[: row.index(eos) + 1] if eos in row else row
-
-
-def _word_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
-    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *dict.fromkeys(words)])}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>")
-
-
-def _tiny_llama(tokenizer: PreTrainedTokenizerFast, *, layers: int, hidden: int, seed: int) -> LlamaForCausalLM:
-    heads = max(1, hidden // 16)
-    if hidden % heads:
-        raise ValueError(f"{MODEL_HIDDEN} must be a multiple of 16 (or below 16), got {hidden}")
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden,
-        intermediate_size=4 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=heads,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
-    )
-    with torch.device("meta"):  # no weights yet, and no draw from torch's process-wide generator
-        model = LlamaForCausalLM(config)
-    model.to_empty(device="cpu")
-    _init_weights(model, generator=torch.Generator().manual_seed(seed))
-    return model
-
-
-@torch.no_grad()
-def _init_weights(model: LlamaForCausalLM, *, generator: torch.Generator) -> None:
-    """The weights ``LlamaForCausalLM(config)`` gets after ``torch.manual_seed(seed)``, from the run's own generator.
-
-    Bit for bit (tests/test_policy.py compares): torch's constructors first draw each layer's default init in the
-    order they build it (``normal_`` for the embedding, ``kaiming_uniform_`` for linears), values that transformers
-    then overwrites, depth-first, with ``normal_(0, initializer_range)``; norms are ones, the rotary frequencies
-    computed. Drawing from a generator of the run's own, not the process-wide one, keeps two runs in one process (the
-    training panel's thread, a notebook) from changing each other's weights.
-    """
-    base, std = model.model, model.config.initializer_range
-    for module in base.modules():  # construction order: only the generator's position matters here
-        if isinstance(module, nn.Embedding):
-            module.weight.normal_(0.0, 1.0, generator=generator)
-        elif isinstance(module, nn.Linear):
-            bound = 1 / math.sqrt(module.in_features)  # kaiming_uniform_(a=sqrt(5)) on (out, in)
-            module.weight.uniform_(-bound, bound, generator=generator)
-    for module in _children_first(base):
-        if isinstance(module, nn.Linear | nn.Embedding):
-            module.weight.normal_(0.0, std, generator=generator)
-            if isinstance(module, nn.Embedding) and module.padding_idx is not None:
-                module.weight[module.padding_idx].zero_()
-        elif "RMSNorm" in type(module).__name__:
-            module.weight.fill_(1.0)
-        elif "RotaryEmbedding" in type(module).__name__:
-            inv_freq, _ = module.compute_default_rope_parameters(module.config)
-            module.inv_freq.copy_(inv_freq)
-            module.original_inv_freq.copy_(inv_freq)
-    model.tie_weights()  # lm_head shares the embedding (its own draws come last, so they are not needed)
-
-
-def _children_first(module: nn.Module) -> Iterator[nn.Module]:
-    for child in module.children():
-        yield from _children_first(child)
-    yield module

@@ -11,6 +11,7 @@ rollout, the sequence of ``(prompt ids, response ids)`` calls and one final rewa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +22,8 @@ from omegaconf import DictConfig
 from agl_lab.core.aggregation import LLMCall, Rollout
 from agl_lab.core.keys import CONTEXT_REWRITES, GENERATED_TOKENS, MEAN_TURNS, NO_GUESS_RATE, SUCCESS_RATE
 from agl_lab.training.conversation import Conversation
-from agl_lab.training.policy import Policy, generate
-from agl_lab.training.tasks import LockTask
+from agl_lab.training.policy import Policy, StopEvent, generate
+from agl_lab.training.tasks import NO_GUESS, Task
 
 __all__ = ["SamplingParams", "collect_rollouts", "sampling_params"]
 
@@ -52,21 +53,29 @@ def sampling_params(cfg: DictConfig) -> SamplingParams:
 
 def collect_rollouts(
     policy: Policy,
-    task: LockTask,
+    task: Task,
     *,
     step: int,
     items: list[int],
     sampling: SamplingParams,
     generator: torch.Generator,
+    stop_event: StopEvent | None = None,
+    on_done: Callable[[int], Any] | None = None,
+    dialogues: list[list[dict[str, str]]] | None = None,
 ) -> tuple[list[Rollout], dict[str, Any]]:
     """Play ``sampling.n`` episodes of every item; return the rollouts and the task's ``lab/*`` metrics.
 
     Rollout ``k`` of item ``i`` gets ``data_id = "s<step>/p<i>"`` and ``rollout_id = "s<step>/p<i>/r<k>"``:
-    the data id is the GRPO group, as Agent Lightning's trainer sets ``uid = data_id_list``.
+    the data id is the GRPO group, as Agent Lightning's trainer sets ``uid = data_id_list``. ``stop_event``: passed
+    to the sampler (:func:`~agl_lab.training.policy.generate`); ``on_done(k)``: called after each round of calls with
+    the number of episodes it finished; ``dialogues``: filled with each episode's messages as text (``role``:
+    ``user`` for what the environment said, ``assistant`` for the policy's answers; ``rewrite: true`` on a user
+    message that replaced the context).
     """
     # episode j plays item j // n: the n rollouts of an item sit next to each other, as verl repeats prompts
     episodes = [task.start(item, step=step, index=j) for j, item in enumerate(np.repeat(items, sampling.n))]
     contexts = [Conversation(policy.tokenizer, episode.prompt) for episode in episodes]
+    messages = [[{"role": "user", "content": episode.prompt}] for episode in episodes]
     calls: list[list[LLMCall]] = [[] for _ in episodes]
     generated = 0
     while active := [j for j, episode in enumerate(episodes) if not episode.done]:
@@ -78,15 +87,24 @@ def collect_rollouts(
             top_k=sampling.top_k,
             top_p=sampling.top_p,
             generator=generator,
+            stop_event=stop_event,
         )
         for j, response in zip(active, responses, strict=True):
             calls[j].append(LLMCall(prompt_ids=tuple(contexts[j].ids), response_ids=tuple(response)))
             generated += len(response)
-            turn = episodes[j].respond(policy.decode(response))
+            text = policy.decode(response)
+            messages[j].append({"role": "assistant", "content": text})
+            turn = episodes[j].respond(text)
             if turn.rewrite is not None:
                 contexts[j].restart(turn.rewrite)
+                messages[j].append({"role": "user", "content": turn.rewrite, "rewrite": True})
             elif not turn.done:
                 contexts[j].answer(response, turn.observation)
+                messages[j].append({"role": "user", "content": turn.observation})
+        if on_done is not None:
+            on_done(sum(episodes[j].done for j in active))
+    if dialogues is not None:
+        dialogues.extend(messages)
 
     rollouts = []
     for j, episode in enumerate(episodes):
@@ -106,7 +124,7 @@ def collect_rollouts(
     metrics = {
         SUCCESS_RATE: float(np.mean([episode.success for episode in episodes])),
         MEAN_TURNS: float(turns.mean()),
-        NO_GUESS_RATE: sum(e.guesses.count("none") for e in episodes) / int(turns.sum()),
+        NO_GUESS_RATE: sum(e.guesses.count(NO_GUESS) for e in episodes) / int(turns.sum()),
         CONTEXT_REWRITES: sum(episode.rewrites for episode in episodes),
         GENERATED_TOKENS: generated,
         **_response_lengths(episodes, calls),

@@ -5,6 +5,8 @@ Layout (``lab.run_dir``, or a fresh ``runs/<time>-<experiment_name>-s<seed>/`` u
     config.yaml      the resolved config, secrets as ***           (written before step 1)
     metrics.jsonl    {"step": N, "<metric>": value, ...} per step   (identical for the same seed on one machine)
     timings.jsonl    {"step": N, "timing_s/...": s, "perf/...": x}  (wall clock, kept apart so the above is exact)
+    transcripts.jsonl {"step": N, "rollouts": [...]} per step: each rollout's messages, rows and advantages
+                     (agl_lab.training.transcripts)
     policy/          save_pretrained model + tokenizer              (at the end, also after Stop / Ctrl-C; whole)
     status.json      {"status", "steps", "exit_code"} (at the end; absent: killed): finished (0), trained_nothing (6:
                      every step skipped), stopped (128 + N: signal N; the Stop button: 1), failed (1)
@@ -34,9 +36,11 @@ from agl_lab.config.secrets import redacted_yaml
 from agl_lab.core.keys import RUN_DIR
 from agl_lab.files.atomic_files import write_whole
 
-__all__ = ["STATUS_FILE", "TRAINED_NOTHING", "RunFiles", "create_run_dir", "finished_runs", "resolved_config_yaml"]
+__all__ = ["STATUS_FILE", "TRAINED_NOTHING", "TRANSCRIPTS_FILE", "RunFiles", "create_run_dir", "finished_runs"]
+__all__ += ["resolved_config_yaml"]
 
 STATUS_FILE = "status.json"
+TRANSCRIPTS_FILE = "transcripts.jsonl"
 TRAINED_NOTHING = 6  # the exit code of a run that finished with every step skipped (agl_lab.exit_codes)
 
 
@@ -99,12 +103,17 @@ class RunFiles:
                 file.write(resolved_config_yaml(cfg))
             self._metrics = self._create("metrics.jsonl")
             self._timings = self._create("timings.jsonl")
+            self._transcripts = self._create(TRANSCRIPTS_FILE)
         except BaseException:
             self.discard()
             raise
 
-    def write(self, step: int, metrics: Mapping[str, Any], timings: Mapping[str, Any]) -> None:
-        for file, values in ((self._metrics, metrics), (self._timings, timings)):
+    def write(
+        self, step: int, metrics: Mapping[str, Any], timings: Mapping[str, Any], transcript: list | None = None
+    ) -> None:
+        lines = [(self._metrics, metrics), (self._timings, timings)]
+        lines += [(self._transcripts, {"rollouts": transcript})] if transcript is not None else []
+        for file, values in lines:
             try:
                 file.write(json.dumps({"step": step, **values}) + "\n")
                 file.flush()
@@ -124,16 +133,19 @@ class RunFiles:
         write_whole(self.run_dir / STATUS_FILE, json.dumps(record, indent=1) + "\n")
 
     def close(self) -> None:
-        """Close both files; a failure on one (a full disk refusing the last flush) still closes the other."""
+        """Close the files; a failure on one (a full disk refusing the last flush) still closes the others."""
         try:
             self._metrics.close()
         finally:
-            self._timings.close()
+            try:
+                self._timings.close()
+            finally:
+                self._transcripts.close()
 
     def discard(self) -> None:
         """Undo a run that never started: remove what it created here (and what its trackers began), and the
         directory if that leaves it empty. Files that were there before are left alone."""
-        for file in ("_metrics", "_timings"):
+        for file in ("_metrics", "_timings", "_transcripts"):
             if hasattr(self, file):
                 getattr(self, file).close()
         for path in self.created:

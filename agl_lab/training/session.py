@@ -37,9 +37,11 @@ class RunSession:
     tracker: Tracker
     claimed: list[str] = field(default_factory=list)  # process-wide trackers this run holds
 
-    def write(self, step: int, metrics: Mapping[str, Any], timing: Mapping[str, Any]) -> None:
-        """One finished step: its lines in metrics.jsonl and timings.jsonl, then the trackers."""
-        self.files.write(step, metrics, timing)
+    def write(
+        self, step: int, metrics: Mapping[str, Any], timing: Mapping[str, Any], transcript: list | None = None
+    ) -> None:
+        """One finished step: its lines in metrics.jsonl, timings.jsonl and transcripts.jsonl, then the trackers."""
+        self.files.write(step, metrics, timing, transcript)
         self.tracker.log({**metrics, **timing}, step=step)
 
     def close(self, *, save_policy: Callable[[Path], None], exit_code: int, stopped: bool = False) -> list[Exception]:

@@ -20,7 +20,7 @@ from agl_lab.core.pipeline import select_rows
 from agl_lab.core.turn_rewards import placement_for
 from agl_lab.training.policy import Policy, build_policy, score
 from agl_lab.training.rollout import collect_rollouts, sampling_params
-from agl_lab.training.tasks import make_task
+from agl_lab.training.tasks import task_from_config
 
 __all__ = ["policy_log_probs", "sample_step_batch"]
 
@@ -28,8 +28,7 @@ __all__ = ["policy_log_probs", "sample_step_batch"]
 def sample_step_batch(cfg: DictConfig, *, step: int = 1, policy: Policy | None = None) -> tuple[DataProto, Policy]:
     """The kept rows of one step (``data.train_batch_size`` items × ``rollout.n`` rollouts) and the policy."""
     lab = cfg.lab
-    task = make_task(lab.task, size=lab.task_size, max_turns=lab.max_turns, rewrite_prob=lab.rewrite_prob,
-                     seed=int(lab.seed), turn_cost=lab.turn_cost)  # fmt: skip
+    task = task_from_config(cfg)
     policy = policy if policy is not None else build_policy(cfg, words=task.words())
     seed = int(np.random.SeedSequence([int(lab.seed), 7, step]).generate_state(1)[0])
     generator = torch.Generator(device=policy.device).manual_seed(seed)
