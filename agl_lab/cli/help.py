@@ -47,18 +47,21 @@ def print_base(base: str) -> None:
     print(f"Base: {base} = {BASES[base].label}")
 
 
-def print_launch_view(dotlist: list[str]) -> None:
-    """What the doctor says of the config ``launch`` would send with the same dotlist (base agl)."""
+def print_launch_view(dotlist: list[str], *, config_file: str | None = None) -> None:
+    """What the doctor says of the config ``launch`` would send with the same dotlist (base agl), over the same
+    config file if one was given."""
     from agl_lab.cli import launch
     from agl_lab.config.doctor import diagnose
 
     try:
         base = BASES[launch.COMMAND.base]
-        findings = diagnose(compose_from(base.name, dotlist=dotlist), trainer=base.trainer, composed=True)
+        cfg = compose_from(base.name, dotlist=dotlist, config_file=config_file)
+        findings = diagnose(cfg, trainer=base.trainer, composed=True)
         errors = [f for f in findings if f.level == "error"]
     except ConfigError:  # the same dotlist problem was reported above
         return
-    print("\nWhat `agl-lab launch` sends with this dotlist (base agl):" + ("" if errors else " no errors"))
+    what = "this file and dotlist" if config_file else "this dotlist"
+    print(f"\nWhat `agl-lab launch` sends with {what} (base agl):" + ("" if errors else " no errors"))
     for finding in errors:
         print(f"  {finding}")
     if errors:

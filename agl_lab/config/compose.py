@@ -1,7 +1,8 @@
 """One OmegaConf tree, composed the way Agent Lightning's training scripts compose theirs.
 
 Order (later wins): verl's packaged ``ppo_trainer`` → Agent Lightning's defaults (``conf/agl_trainer.yaml``)
-→ agl_lab's ``lab:`` section (:class:`LabConfig`) → an overrides dict → a Hydra dotlist
+→ agl_lab's ``lab:`` section (:class:`LabConfig`) → the base's overrides → a YAML file (``config_file``:
+:mod:`agl_lab.config.config_file`) → an overrides dict → a Hydra dotlist
 (``key.path=value``, ``+key=value`` to add a new key, ``~key`` to delete). Unlike a struct-less
 OmegaConf merge, a key that does not exist is an error naming the nearest valid key, and a value of the
 wrong type is an error naming the expected type: a misspelt setting must never be silently ignored.
@@ -16,11 +17,11 @@ Notebook: ``notebooks/02_config_check.ipynb``.
 from __future__ import annotations
 
 import copy
-import difflib
 import functools
 import pickle
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from agl_lab.config.arguments import mapping, plain, string_list
-from agl_lab.config.key_types import declared_fields, default_value, expected_value, type_problem
+from agl_lab.config.config_file import ConfigFileError, changed, read_config_file, resolves_to
+from agl_lab.config.key_types import default_value, expected_value, key_problem, type_problem
 from agl_lab.config.secrets import redact_argv
-from agl_lab.config.tree import leaves, paths
 from agl_lab.core.keys import ESTIMATOR, LAB
 
 __all__ = ["BASES", "SHORT_RUN_YAML", "Base", "ConfigError", "base_config", "compose_config", "compose_from"]
@@ -102,32 +103,50 @@ def _base_pickled() -> bytes:
     return pickle.dumps(shared_base())
 
 
-def compose_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = ()) -> DictConfig:
-    """Compose the config: base, then ``overrides`` (nested or dotted keys), then the Hydra ``dotlist``.
+def compose_config(
+    overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = (), config_file: str | PathLike | None = None
+) -> DictConfig:
+    """Compose the config: base, then ``config_file`` (a YAML file), then ``overrides`` (nested or dotted keys), then
+    the Hydra ``dotlist``.
 
-    Raises :class:`ConfigError` listing every unknown key (with the nearest valid one), every value of the
-    wrong type and every unparsable dotlist item; nothing is returned half-applied.
+    ``config_file`` is a training script's overrides or a whole resolved config (a run's ``config.yaml``): see
+    :mod:`agl_lab.config.config_file`. Raises :class:`ConfigError` listing every unknown key (with the nearest valid
+    one; the file's named by the file), every value of the wrong type and every unparsable dotlist item, and
+    ``OSError`` for a file that cannot be read; nothing is returned half-applied.
     """
+    return _compose({}, overrides, dotlist, config_file)
+
+
+def compose_from(
+    base: str,
+    overrides: Mapping[str, Any] | None = None,
+    dotlist: Sequence[str] = (),
+    config_file: str | PathLike | None = None,
+) -> DictConfig:
+    """``compose_config`` starting from the named base (a key of :data:`BASES`): its overrides, then yours."""
+    if base not in BASES:
+        raise ConfigError(f"unknown base {base!r}: choose one of {', '.join(BASES)}")
+    return _compose(BASES[base].overrides(), overrides, dotlist, config_file)
+
+
+def _compose(base_overrides: Mapping[str, Any], overrides: Any, dotlist: Any, config_file: Any) -> DictConfig:
+    """Base, the base's overrides, the file, ``overrides``, ``dotlist``: each edit checked, every problem listed."""
     overrides, dotlist = _arguments(overrides, dotlist)
+    try:
+        from_file = read_config_file(config_file) if config_file is not None else {}
+    except ConfigFileError as exc:
+        raise ConfigError(f"config has problems:\n  - {exc}") from exc
     base = shared_base()
     cfg = base_config()
-    edits = list(_flatten(overrides or {})) + _parse_dotlist(dotlist)
-    problems = []
-    for path, value, mode in edits:
-        if mode == "error":
-            problems.append(value)
-            continue
-        if mode in ("change", "add"):  # `+key=value` too: only keys verl or Agent Lightning read (key_problem)
-            problem = key_problem(path, base) or type_problem(path, value, base)
-            if problem:
-                problems.append(problem)
-                continue
-            value = _coerce(path, value, base)
-        try:
-            _apply(cfg, path, value, mode)
-        except (OmegaConfBaseException, KeyError) as exc:
-            fixed = " (the lab: section has fixed fields, see agl_lab.LabConfig)" if path.startswith(f"{LAB}.") else ""
-            problems.append(f"{path}: {_short(exc)}{fixed}")
+    problems: list[str] = []
+    edits = _edit(cfg, base, list(_flatten(base_overrides)), problems)
+    if from_file:
+        plain, linked = changed(cfg, _flatten(from_file))
+        edits += _edit(cfg, base, plain, problems, source=f"{config_file}: ")
+        for group in linked:  # a dump repeats what the interpolations give: those stay interpolations
+            if not all(resolves_to(cfg, path, value) for path, value, _ in group):
+                edits += _edit(cfg, base, group, problems, source=f"{config_file}: ")
+    edits += _edit(cfg, base, list(_flatten(overrides or {})) + _parse_dotlist(dotlist), problems)
     if not problems and not all(mode != "delete" and _plain(value) for _, value, mode in edits):
         try:  # interpolations (``${...}``) resolve; see _plain for why plain edits cannot break them
             OmegaConf.to_container(cfg, resolve=True)
@@ -138,13 +157,25 @@ def compose_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence
     return cfg
 
 
-def compose_from(base: str, overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = ()) -> DictConfig:
-    """``compose_config`` starting from the named base (a key of :data:`BASES`): its overrides, then yours."""
-    if base not in BASES:
-        raise ConfigError(f"unknown base {base!r}: choose one of {', '.join(BASES)}")
-    overrides, dotlist = _arguments(overrides, dotlist)
-    merged = {**dict(leaves(BASES[base].overrides())), **dict(leaves(overrides or {}))}
-    return compose_config(overrides=merged, dotlist=dotlist)
+def _edit(cfg: DictConfig, base: DictConfig, edits: list, problems: list[str], source: str = "") -> list:
+    """Apply ``edits`` (path, value, mode) to ``cfg``; each that cannot be applied adds a problem (after ``source``,
+    the file it came from) instead. Returns the edits."""
+    for path, value, mode in edits:
+        if mode == "error":
+            problems.append(value)
+            continue
+        if mode in ("change", "add"):  # `+key=value` too: only keys verl or Agent Lightning read (key_problem)
+            problem = key_problem(path, base) or type_problem(path, value, base)
+            if problem:
+                problems.append(source + problem)
+                continue
+            value = _coerce(path, value, base)
+        try:
+            _apply(cfg, path, value, mode)
+        except (OmegaConfBaseException, KeyError) as exc:
+            fixed = " (the lab: section has fixed fields, see agl_lab.LabConfig)" if path.startswith(f"{LAB}.") else ""
+            problems.append(f"{source}{path}: {_short(exc)}{fixed}")
+    return edits
 
 
 def short_run_overrides() -> dict[str, Any]:
@@ -152,38 +183,16 @@ def short_run_overrides() -> dict[str, Any]:
     return BASES["short-run"].overrides()
 
 
-def short_run_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = ()) -> DictConfig:
-    """``compose_from("short-run", ...)``: the lab trainer's preset under your ``overrides`` and ``dotlist``.
+def short_run_config(
+    overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = (), config_file: str | PathLike | None = None
+) -> DictConfig:
+    """``compose_from("short-run", ...)``: the lab trainer's preset under your ``config_file``, ``overrides`` and
+    ``dotlist``.
 
     What an Agent Lightning example script passes as its overrides dict, sized so that the tiny default policy
     learns the default task in about a minute on 2 CPU cores.
     """
-    return compose_from("short-run", overrides, dotlist)
-
-
-def key_problem(path: str, base: DictConfig) -> str | None:
-    """Why ``path`` is not a key of ``base`` (with the nearest valid key), or None if it is one.
-
-    Sections that are empty dicts or null in ``base`` (``agentlightning.local.env_map``, hooks, ...) are open:
-    anything below them is accepted. So is a field that verl's config dataclass for the section declares but its YAML
-    leaves out (``algorithm.gdpo_reward_keys``): verl reads it, so ``+algorithm.gdpo_reward_keys=[a,b]`` adds it.
-    """
-    parts = path.split(".")
-    node: Any = base
-    for depth, part in enumerate(parts):
-        if not isinstance(node, DictConfig) or len(node) == 0:
-            return None
-        # not ``part in node``: that is False for keys whose value is ??? (MISSING); no access check: lab: is struct
-        child = node._get_node(part, validate_access=False)
-        if child is None:
-            if depth == len(parts) - 1 and part in declared_fields(node):
-                return None
-            prefix = ".".join(parts[:depth])
-            return f"unknown key {path!r}{_nearest(path, prefix, node)}"
-        node = child
-        if node is not None and node._is_none():
-            return None
-    return None
+    return compose_from("short-run", overrides, dotlist, config_file)
 
 
 def _arguments(overrides: Any, dotlist: Any) -> tuple[Mapping[str, Any] | None, list[str]]:
@@ -237,8 +246,8 @@ def _flatten(overrides: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[s
     base = shared_base()
     for key, value in overrides.items():
         path = f"{prefix}{key}"
-        known = OmegaConf.select(base, path, default=None)
-        if isinstance(value, Mapping | DictConfig) and isinstance(known, DictConfig) and len(known):
+        mapping_in = isinstance(value, Mapping | DictConfig)  # only then is the base looked up (a dump's ~900 leaves)
+        if mapping_in and isinstance(known := OmegaConf.select(base, path, default=None), DictConfig) and len(known):
             yield from _flatten(value, prefix=f"{path}.")
         else:
             if isinstance(value, DictConfig | ListConfig):
@@ -270,20 +279,6 @@ def _parse_dotlist(dotlist: Sequence[str]) -> list[tuple[str, Any, str]]:
         else:  # a {a:1} value is checked key by key, like an overrides dict
             edits.extend(_flatten({override.key_or_group: override.value()}))
     return edits
-
-
-def _nearest(path: str, prefix: str, node: DictConfig) -> str:
-    """' (did you mean ...?)' for a misspelt key: a path below the deepest valid prefix, else a key with that name."""
-    relative = path[len(prefix) + 1 :] if prefix else path
-    candidates = [*paths(node), *sorted(declared_fields(node))]  # what the YAML holds, and what verl also reads
-    match = difflib.get_close_matches(relative, candidates, n=1, cutoff=0.6)
-    if match:
-        return f" (did you mean {(f'{prefix}.' if prefix else '') + match[0]!r}?)"
-    last = path.rsplit(".", 1)[-1]
-    same_name = [c for c in paths(shared_base()) if c.rsplit(".", 1)[-1] == last]
-    if same_name:
-        return f" (did you mean {same_name[0]!r}?)"
-    return "; see `agl-lab check --show-config` for the valid keys"
 
 
 def _short(exc: Exception) -> str:
