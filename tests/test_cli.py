@@ -64,6 +64,16 @@ def test_one_registry_lists_every_subcommand_module_once_and_the_parser_is_built
     assert {c.base for c in registry} <= {*BASES, None} and {c.name for c in registry if c.base is None} == {"lab"}
 
 
+def test_the_command_line_page_lists_every_subcommand_once_in_the_registrys_order_with_its_base():
+    from agl_lab.cli.commands import subcommands
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    table = page.split("| command | what it does | base |\n|---|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()]
+    listed = [(re.match(r"`agl-lab (\w+)", row[0])[1], row[-1].strip("`")) for row in cells]
+    assert listed == [(c.name, c.base or "") for c in subcommands()]
+
+
 # Printing text must not load the stack: the stack alone takes seconds to import, and a command line answers at once.
 HELP_PROBE = """
 import contextlib, io, json, re, sys
