@@ -137,6 +137,8 @@ def test_a_missing_file_or_a_folder_is_an_os_error_naming_it(tmp_path):
         compose_config(config_file=tmp_path / "nope.yaml")
     with pytest.raises(IsADirectoryError, match="is a folder: give the YAML file in it"):
         compose_config(config_file=tmp_path)
+    with pytest.raises(ConfigError, match="config_file is an empty path: give the path of a YAML file"):
+        compose_config(config_file="")
     with pytest.raises(TypeError, match="config_file must be the path of a YAML file"):
         compose_config(config_file=3)
 

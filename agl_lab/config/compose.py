@@ -123,7 +123,8 @@ def compose_from(
     dotlist: Sequence[str] = (),
     config_file: str | PathLike | None = None,
 ) -> DictConfig:
-    """``compose_config`` starting from the named base (a key of :data:`BASES`): its overrides, then yours."""
+    """``compose_config`` starting from the named base (a key of :data:`BASES`): its overrides, then yours (the file,
+    the overrides dict, the dotlist)."""
     if base not in BASES:
         raise ConfigError(f"unknown base {base!r}: choose one of {', '.join(BASES)}")
     return _compose(BASES[base].overrides(), overrides, dotlist, config_file)

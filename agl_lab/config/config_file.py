@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf._utils import get_yaml_loader
+from omegaconf.errors import OmegaConfBaseException
 
 from agl_lab.config.secrets import MASK, is_secret_key
 from agl_lab.config.tree import leaves
@@ -50,6 +51,8 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """
     if not isinstance(path, str | os.PathLike):
         raise TypeError(f"config_file must be the path of a YAML file (str or Path), got {type(path).__name__}")
+    if not os.fspath(path):
+        raise ConfigFileError(f"config_file is an empty path: give the path of a YAML file ({_EXAMPLE})")
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"config file {path} does not exist: give the path of a YAML file ({_EXAMPLE})")
@@ -103,7 +106,7 @@ def resolves_to(cfg: DictConfig, path: str, value: Any) -> bool:
     """Whether the interpolation at ``path`` of ``cfg`` resolves to ``value``."""
     try:
         resolved = OmegaConf.select(cfg, path)
-    except Exception:  # noqa: BLE001 — an interpolation that does not resolve gives no value: the file's stands
+    except OmegaConfBaseException:  # an interpolation that does not resolve gives no value: the file's stands
         return False
     if OmegaConf.is_config(resolved):
         resolved = OmegaConf.to_container(resolved, resolve=True)
