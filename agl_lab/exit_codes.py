@@ -28,7 +28,7 @@ EXIT_CODES = {
     0: "done",
     1: "the config doctor found an error (nothing ran; its findings are on stderr), or a run of a sweep or "
     "reproduction failed (the others are kept)",
-    2: "a bad command line, config key or value, or several values outside `agl-lab sweep` (nothing was created)",
+    2: "a bad command line, config file, key or value, or several values outside `agl-lab sweep` (nothing was created)",
     3: "launch: exported, but Agent Lightning's trainer cannot run here",
     4: "the run or sweep directory is taken: it holds a run, another run or sweep is writing to it, or it holds a "
     "sweep's finished cells of another config",

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from scipy.stats import ttest_rel
 
 import agl_lab
 from agl_lab.cli import main
 from agl_lab.cli.sweep import seed_list
-from agl_lab.config.compose import BASES
+from agl_lab.config.bases import BASES
 from agl_lab.config.modes import LOSS_MODES
 from agl_lab.config.settings import NORMALIZATION
 from agl_lab.config.verl_features import VERL_FEATURES
@@ -61,6 +62,16 @@ def test_one_registry_lists_every_subcommand_module_once_and_the_parser_is_built
     assert all(command.name == name for name, command in declared.items())  # cli/NAME.py declares NAME
     assert list(build_parser()[1].choices) == [c.name for c in registry]
     assert {c.base for c in registry} <= {*BASES, None} and {c.name for c in registry if c.base is None} == {"lab"}
+
+
+def test_the_command_line_page_lists_every_subcommand_once_in_the_registrys_order_with_its_base():
+    from agl_lab.cli.commands import subcommands
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    table = page.split("| command | what it does | base |\n|---|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()]
+    listed = [(re.match(r"`agl-lab (\w+)", row[0])[1], row[-1].strip("`")) for row in cells]
+    assert listed == [(c.name, c.base or "") for c in subcommands()]
 
 
 # Printing text must not load the stack: the stack alone takes seconds to import, and a command line answers at once.
@@ -257,6 +268,42 @@ def test_launch_refuses_what_agent_lightning_would_refuse_and_check_says_so_firs
     fixed = in_process(capsys, "launch", "algorithm.adv_estimator=grpo", "--out", str(tmp_path / "y"))
     assert fixed.startswith("exit 3\n") and (tmp_path / "y" / "overrides.yaml").exists()
     assert "(base agl): no errors" in in_process(capsys, "check", "algorithm.adv_estimator=grpo")
+
+
+def test_check_and_launch_read_a_config_file_before_the_items(tmp_path, capsys):
+    file = tmp_path / "mine.yaml"
+    file.write_text("algorithm:\n  adv_estimator: grpo\nagentlightning:\n  max_ppo_update_times: 2\n")
+    # from base example (the lab trainer's rules) check says what launch sends over the same file
+    out = in_process(capsys, "check", "--base", "example", "--config", file)
+    assert out.startswith(f"Base: example = {BASES['example'].label}\nConfig file: {file} (")
+    assert "What `agl-lab launch` sends with this file and dotlist (base agl): no errors" in out
+    half = tmp_path / "half.yaml"
+    half.write_text("data: {train_batch_size: 4}\n")  # Agent Lightning's estimator stays gae: launch would stop
+    out = in_process(capsys, "check", "--base", "example", "--config", half)
+    assert "What `agl-lab launch` sends with this file and dotlist (base agl):\n" in out
+    assert "gae gives per-token advantages" in out
+    said = in_process(capsys, "launch", "--config", half, "--out", tmp_path / "no")
+    assert said.startswith("exit 1\n") and f"`agl-lab check --base agl --config {half}` with the same" in said
+    # launch exports what the file and the items say
+    said = in_process(capsys, "launch", "--config", file, "trainer.total_epochs=3", "--out", tmp_path / "x")
+    assert said.startswith("exit 3\n")
+    exported = yaml.safe_load((tmp_path / "x" / "overrides.yaml").read_text())
+    assert exported == {
+        "algorithm": {"adv_estimator": "grpo"},
+        "trainer": {"total_epochs": 3},
+        "agentlightning": {"max_ppo_update_times": 2},
+    }
+
+
+def test_a_config_file_that_cannot_be_read_or_is_not_yaml_is_one_line_and_its_exit_code(tmp_path, capsys):
+    missing = called(capsys, "check", "--config", tmp_path / "nope.yaml")
+    assert missing.returncode == 5 and missing.stdout == ""
+    assert missing.stderr.startswith(f"agl-lab: file error: config file {tmp_path / 'nope.yaml'} does not exist")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algorithm: [grpo\n")
+    result = called(capsys, "check", "--config", bad)
+    assert result.returncode == 2 and result.stdout == "" and len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith(f"agl-lab: config error: {bad} is not YAML: ")
 
 
 def test_launch_prints_commands_a_shell_reads_back_whatever_the_folder_and_values(tmp_path, capsys):

@@ -6,7 +6,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from agl_lab import ConfigError, compose_config
-from agl_lab.config.compose import BASES, base_config, compose_from, shared_base, short_run_config
+from agl_lab.config.bases import BASES
+from agl_lab.config.compose import base_config, compose_from, shared_base, short_run_config
 from agl_lab.lab.examples import EXAMPLE_OVERRIDES
 
 

@@ -64,3 +64,18 @@ def test_the_form_uses_the_catalogues_labels():
     panel = ConfigPanel(EXAMPLE_OVERRIDES)
     assert [label for label, _ in panel.controls["mode"].options] == [LOSS_MODES[m].label for m in trainable_modes()]
     assert panel.controls["rollout_level"].description == "rollout-level advantage"
+
+
+def test_the_form_composes_over_a_config_file_and_speaks_of_the_trainer_named(tmp_path):
+    from agl_lab.config.config_file import EXAMPLE_CONFIG_FILE
+
+    file = tmp_path / "mine.yaml"
+    file.write_text(EXAMPLE_CONFIG_FILE.read_text() + "lab:\n  max_turns: 40\n")  # a knob only the lab trainer reads
+    lab = ConfigPanel(config_file=file)
+    agl = ConfigPanel(config_file=file, trainer="agl")
+    for panel in (lab, agl):
+        assert panel.cfg.data.train_batch_size == 32 and panel.controls["ppo_mini_batch_size"].value == 8
+    assert any(f.key.startswith("lab.") for f in lab.findings)  # the lab trainer's rows outgrow the limits
+    assert not any(f.key.startswith("lab.") for f in agl.findings)  # Agent Lightning's trainer never reads lab:
+    agl.extra.value = "data.train_batch_size=64"  # the form's items go after the file
+    assert agl.cfg.data.train_batch_size == 64 and "train_batch_size: 64" in agl.view.value

@@ -2,7 +2,8 @@
 
 import pytest
 
-from agl_lab.config.compose import BASES, compose_from
+from agl_lab.config.bases import BASES
+from agl_lab.config.compose import compose_from
 from agl_lab.config.diagnostics_settings import DiagnosticsSettings, base_settings
 
 

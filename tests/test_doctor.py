@@ -2,8 +2,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from agl_lab import ConfigError, compose_config, diagnose
+from agl_lab.config.bases import BASES
 from agl_lab.config.checks import lab_estimator_problem
-from agl_lab.config.compose import BASES, compose_from
+from agl_lab.config.compose import compose_from
 from agl_lab.config.doctor import bad_keys_and_values, raise_for_errors, settings_frame
 from agl_lab.config.settings import SETTINGS
 from agl_lab.lab.examples import EXAMPLE_OVERRIDES

@@ -1,6 +1,7 @@
 """Agent Lightning's own example configs (tests/data/agl_examples/, the overrides of its example training scripts),
 composed as those scripts compose them (Hydra compose of Agent Lightning's config, then a permissive merge) and by
-agl_lab's strict compose, and checked with ``agl-lab check --base agl`` as their users would check them."""
+agl_lab's strict compose, and checked with ``agl-lab check --base agl`` as their users would check them: as items, and
+as a YAML file (``agl-lab check --config FILE.yaml``)."""
 
 import re
 from pathlib import Path
@@ -11,10 +12,20 @@ from agl_oracle import agl, agl_config
 from omegaconf import OmegaConf
 from test_cli import in_process
 
+from agl_lab.config.bases import BASES
 from agl_lab.config.compose import ConfigError, compose_from
 from agl_lab.config.dotlist import format_dotlist
-from agl_lab.config.tree import leaves
-from agl_lab.core.keys import ESTIMATOR, LOSS_AGG_MODE, LOSS_MODE, MAX_PPO_UPDATE_TIMES, ROLLOUT_LEVEL
+from agl_lab.config.tree import leaves, nest
+from agl_lab.core.keys import (
+    ESTIMATOR,
+    LOSS_AGG_MODE,
+    LOSS_MODE,
+    MAX_PPO_UPDATE_TIMES,
+    MINI_BATCH,
+    ROLLOUT_LEVEL,
+    ROLLOUT_N,
+    TRAIN_BATCH,
+)
 from agl_lab.core.pipeline import mini_batch_rows
 
 DATA = Path(__file__).parent / "data" / "agl_examples"
@@ -129,3 +140,38 @@ def test_a_key_agl_lab_refuses_stops_check_in_one_line_naming_the_key_read(capsy
     out = in_process(capsys, "check", "--base", "agl", "algorithm.adv_estimator=grpo", "trainer.nccl_timeout=1800")
     assert out.startswith("exit 2\n")
     assert "unknown key 'trainer.nccl_timeout' (did you mean 'actor_rollout_ref.nccl_timeout'?)" in out
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_check_config_takes_their_overrides_as_a_yaml_file_and_says_what_the_same_items_say(name, tmp_path, capsys):
+    data = example(name)
+    overrides = without(data["overrides"], data["refused"])
+    for key, refusal in data["refused"].items():  # the fix the message names, as above
+        overrides[refusal["instead"]] = OmegaConf.select(OmegaConf.create(data["overrides"]), key)
+    file = tmp_path / f"{name}.yaml"
+    file.write_text(yaml.safe_dump(nest(overrides), sort_keys=False))  # nested, as their scripts write the dict
+    out = in_process(capsys, "check", "--config", str(file))  # base agl: a file is an Agent Lightning config
+    assert not out.startswith("exit"), out
+    assert out.startswith(f"Base: agl = {BASES['agl'].label}\nConfig file: {file} (after the base, before the ")
+    items = [item.lstrip("+") for item in format_dotlist(overrides)]
+    same = in_process(capsys, "check", "--base", "agl", *items)
+    assert out.split("\n", 2)[2] == same.split("\n", 1)[1]  # the settings, the doctor, the batch, the metrics
+    # items after the file win over it
+    smaller = [f"{TRAIN_BATCH}=2", f"{ROLLOUT_N}=2", f"{MINI_BATCH}=1"]
+    later = in_process(capsys, "check", "--config", file, *smaller)
+    assert "Example batch: one step of data.train_batch_size=2 x rollout.n=2 = 4 rollouts" in later
+
+
+@pytest.mark.parametrize("name", [name for name in NAMES if example(name)["refused"]])
+def test_check_config_names_the_file_of_a_key_agl_lab_refuses(name, tmp_path, capsys):
+    data = example(name)
+    file = tmp_path / f"{name}.yaml"
+    file.write_text(yaml.safe_dump(data["overrides"], sort_keys=False))
+    out = in_process(capsys, "check", "--config", str(file))
+    assert out.splitlines() == [
+        "exit 2",
+        *(
+            f"agl-lab: config error: {file}: unknown key {key!r} (did you mean {refusal['instead']!r}?)"
+            for key, refusal in data["refused"].items()
+        ),
+    ]

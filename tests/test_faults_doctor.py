@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 
 from agl_lab import ConfigError, compose_config, diagnose, run_sweep, short_run_config
 from agl_lab.cli import main
-from agl_lab.config.compose import BASES, compose_from, shared_base
+from agl_lab.config.bases import BASES
+from agl_lab.config.compose import compose_from, shared_base
 from agl_lab.config.constraints import CONSTRAINTS, Constraint, constraint_problems
 from agl_lab.config.doctor import DoctorError
 from agl_lab.config.key_types import default_value

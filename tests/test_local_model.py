@@ -10,8 +10,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen2ForSequenceClassification
 
 import agl_lab
-from agl_lab.training.conversation import Conversation
 from agl_lab.config.model_source import TOKENIZER_FILES
+from agl_lab.training.conversation import Conversation
 from agl_lab.training.policy import build_policy
 from agl_lab.training.step_batch import sample_step_batch
 from conftest import TINY_RUN

@@ -6,8 +6,8 @@ import torch
 from agl_lab.config.compose import compose_config
 from agl_lab.config.model_source import model_source
 from agl_lab.training.policy import build_policy, generate, resolve_device, score
-from agl_lab.training.tiny_model import SPECIAL_TOKENS
 from agl_lab.training.tasks import make_task
+from agl_lab.training.tiny_model import SPECIAL_TOKENS
 
 WORDS = make_task("lock", size=4, max_turns=4, rewrite_prob=0.3, seed=0).words()
 

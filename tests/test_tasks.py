@@ -8,9 +8,9 @@ from agl_lab.config.compose import compose_config
 from agl_lab.config.lab_config import TASKS, LabConfig
 from agl_lab.config.task_rows import lock_row_lengths
 from agl_lab.core.aggregation import aggregate
+from agl_lab.training.lock_task import LockTask
 from agl_lab.training.policy import build_policy
 from agl_lab.training.rollout import SamplingParams, collect_rollouts
-from agl_lab.training.lock_task import LockTask
 from agl_lab.training.tasks import make_task
 
 

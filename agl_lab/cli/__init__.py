@@ -1,6 +1,6 @@
 """``agl-lab`` (also ``python -m agl_lab``): the lab from the command line.
 
-Every subcommand composes its config from a named base (:data:`agl_lab.config.compose.BASES`) and prints which
+Every subcommand composes its config from a named base (:data:`agl_lab.config.bases.BASES`) and prints which
 first: ``check`` from ``example`` (Agent Lightning's defaults + the example overrides), ``train``, ``demo`` and
 ``sweep`` from ``short-run`` (+ the short-run preset), ``launch`` from ``agl`` (Agent Lightning's defaults alone:
 what its trainer gets). ``check --base agl`` checks exactly what ``launch`` sends.

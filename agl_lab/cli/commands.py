@@ -22,7 +22,7 @@ class Subcommand:
 
     name: str
     help: str  # its line in agl-lab --help
-    base: str | None  # the config base it composes from (agl_lab.config.compose.BASES); None: it composes no config
+    base: str | None  # the config base it composes from (agl_lab.config.bases.BASES); None: it composes no config
     add_arguments: Callable[[argparse.ArgumentParser], None]  # its options and positional arguments
     run: Callable[[argparse.Namespace], int]  # runs it; returns the exit status
     description: str | None = None  # what `agl-lab NAME --help` says above the options

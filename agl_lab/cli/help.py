@@ -1,6 +1,6 @@
 """What ``agl-lab`` says about itself and about a config: the bases, the exit statuses, the version, the settings.
 
-Every subcommand composes its config from a named base (:data:`agl_lab.config.compose.BASES`) and prints it first
+Every subcommand composes its config from a named base (:data:`agl_lab.config.bases.BASES`) and prints it first
 (:func:`print_base`); ``--help`` lists the bases with the subcommands that use them and what each exit status means.
 ``check``, ``train`` and ``launch`` then print the three settings as resolved and the findings
 (:func:`print_settings_and_findings`): for a config the lab's trainer runs, its whole start-up gate
@@ -15,7 +15,8 @@ import argparse
 import sys
 
 from agl_lab import __version__
-from agl_lab.config.compose import BASES, ConfigError, compose_from
+from agl_lab.config.bases import BASES
+from agl_lab.config.compose import ConfigError, compose_from
 from agl_lab.core.keys import WANDB_MODE
 from agl_lab.exit_codes import EXIT_CODES, help_epilog
 
@@ -47,18 +48,21 @@ def print_base(base: str) -> None:
     print(f"Base: {base} = {BASES[base].label}")
 
 
-def print_launch_view(dotlist: list[str]) -> None:
-    """What the doctor says of the config ``launch`` would send with the same dotlist (base agl)."""
+def print_launch_view(dotlist: list[str], *, config_file: str | None = None) -> None:
+    """What the doctor says of the config ``launch`` would send with the same dotlist (base agl), over the same
+    config file if one was given."""
     from agl_lab.cli import launch
     from agl_lab.config.doctor import diagnose
 
     try:
         base = BASES[launch.COMMAND.base]
-        findings = diagnose(compose_from(base.name, dotlist=dotlist), trainer=base.trainer, composed=True)
+        cfg = compose_from(base.name, dotlist=dotlist, config_file=config_file)
+        findings = diagnose(cfg, trainer=base.trainer, composed=True)
         errors = [f for f in findings if f.level == "error"]
     except ConfigError:  # the same dotlist problem was reported above
         return
-    print("\nWhat `agl-lab launch` sends with this dotlist (base agl):" + ("" if errors else " no errors"))
+    what = "this file and dotlist" if config_file else "this dotlist"
+    print(f"\nWhat `agl-lab launch` sends with {what} (base agl):" + ("" if errors else " no errors"))
     for finding in errors:
         print(f"  {finding}")
     if errors:

@@ -29,7 +29,8 @@ def run_train_command(args: argparse.Namespace) -> int:
 
 
 def _train(dotlist: list[str], *, show_config: bool) -> int:
-    from agl_lab.config.compose import BASES, compose_from
+    from agl_lab.config.bases import BASES
+    from agl_lab.config.compose import compose_from
     from agl_lab.curves.summary import SUCCESS, success_first_last
     from agl_lab.training.runs import TRAINED_NOTHING, resolved_config_yaml
     from agl_lab.training.trainer import train

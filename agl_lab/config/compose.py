@@ -1,7 +1,8 @@
 """One OmegaConf tree, composed the way Agent Lightning's training scripts compose theirs.
 
 Order (later wins): verl's packaged ``ppo_trainer`` → Agent Lightning's defaults (``conf/agl_trainer.yaml``)
-→ agl_lab's ``lab:`` section (:class:`LabConfig`) → an overrides dict → a Hydra dotlist
+→ agl_lab's ``lab:`` section (:class:`LabConfig`) → the base's overrides → a YAML file (``config_file``:
+:mod:`agl_lab.config.config_file`) → an overrides dict → a Hydra dotlist
 (``key.path=value``, ``+key=value`` to add a new key, ``~key`` to delete). Unlike a struct-less
 OmegaConf merge, a key that does not exist is an error naming the nearest valid key, and a value of the
 wrong type is an error naming the expected type: a misspelt setting must never be silently ignored.
@@ -19,57 +20,23 @@ import copy
 import functools
 import pickle
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from os import PathLike
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from agl_lab.config.arguments import mapping, plain, string_list
+from agl_lab.config.bases import BASES
+from agl_lab.config.config_file import ConfigFileError, changed, read_config_file, resolves_to
 from agl_lab.config.key_types import default_value, expected_value, key_problem, type_problem
 from agl_lab.config.model_source import TINY
 from agl_lab.config.secrets import redact_argv
 from agl_lab.config.tree import leaves
 from agl_lab.core.keys import ESTIMATOR, LAB
 
-__all__ = ["BASES", "SHORT_RUN_YAML", "Base", "ConfigError", "base_config", "compose_config", "compose_from"]
-__all__ += ["shared_base", "short_run_config", "short_run_overrides"]
-
-SHORT_RUN_YAML = Path(__file__).with_name("conf") / "short_run.yaml"
-PRETRAINED_YAML = SHORT_RUN_YAML.with_name("pretrained.yaml")
-
-
-@dataclass(frozen=True)
-class Base:
-    """A named starting point: Agent Lightning's defaults, plus the overrides in ``yaml`` (none for ``agl``)."""
-
-    name: str
-    label: str  # one line: what every subcommand prints as the base it composed from
-    yaml: Path | None = None
-    trainer: str = "lab"  # whose trainer its configs go to (agl_lab.config.doctor.TRAINERS): the doctor speaks of it
-    # Overrides between this base's and yours when the config's lab.model is a pretrained model (not tiny): the sizes
-    # a pretrained chat model needs (prompts of its chat template, answers of sentences, a LoRA adapter)
-    pretrained_yaml: Path | None = None
-
-    def overrides(self) -> dict[str, Any]:
-        """This base's overrides over Agent Lightning's defaults, as a nested dict (empty for ``agl``)."""
-        return OmegaConf.to_container(OmegaConf.load(self.yaml)) if self.yaml else {}
-
-
-_AGL = "Agent Lightning's defaults"
-BASES: dict[str, Base] = {  # what each entrance composes from; `agl-lab check --base NAME` checks any
-    "agl": Base("agl", f"{_AGL} (verl's ppo_trainer + Agent Lightning's additions), nothing else", trainer="agl"),
-    "example": Base(
-        "example", f"{_AGL} + conf/example.yaml (grpo, 2 prompts x 3 rollouts)", SHORT_RUN_YAML.parent / "example.yaml"
-    ),
-    "short-run": Base(
-        "short-run",
-        f"{_AGL} + conf/short_run.yaml (grpo, 8 locks x 8 rollouts; + conf/pretrained.yaml for a pretrained lab.model)",
-        SHORT_RUN_YAML,
-        pretrained_yaml=PRETRAINED_YAML,
-    ),
-}
+__all__ = ["ConfigError", "base_config", "compose_config", "compose_from", "shared_base", "short_run_config"]
+__all__ += ["short_run_overrides"]
 
 
 class ConfigError(ValueError):
@@ -111,32 +78,59 @@ def _base_pickled() -> bytes:
     return pickle.dumps(shared_base())
 
 
-def compose_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = ()) -> DictConfig:
-    """Compose the config: base, then ``overrides`` (nested or dotted keys), then the Hydra ``dotlist``.
+def compose_config(
+    overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = (), config_file: str | PathLike | None = None
+) -> DictConfig:
+    """Compose the config: base, then ``config_file`` (a YAML file), then ``overrides`` (nested or dotted keys), then
+    the Hydra ``dotlist``.
 
-    Raises :class:`ConfigError` listing every unknown key (with the nearest valid one), every value of the
-    wrong type and every unparsable dotlist item; nothing is returned half-applied.
+    ``config_file`` is a training script's overrides or a whole resolved config (a run's ``config.yaml``): see
+    :mod:`agl_lab.config.config_file`. Raises :class:`ConfigError` listing every unknown key (with the nearest valid
+    one; the file's named by the file), every value of the wrong type and every unparsable dotlist item, and
+    ``OSError`` for a file that cannot be read; nothing is returned half-applied.
     """
+    return _compose({}, overrides, dotlist, config_file)
+
+
+def compose_from(
+    base: str,
+    overrides: Mapping[str, Any] | None = None,
+    dotlist: Sequence[str] = (),
+    config_file: str | PathLike | None = None,
+) -> DictConfig:
+    """``compose_config`` starting from the named base (a key of :data:`BASES`): its overrides, then yours (the file,
+    the overrides dict, the dotlist).
+
+    A base with a pretrained preset (``short-run``: ``conf/pretrained.yaml``) puts it between its overrides and yours
+    when the result's ``lab.model`` is a pretrained model: composed twice then, once to learn which model you chose."""
+    if base not in BASES:
+        raise ConfigError(f"unknown base {base!r}: choose one of {', '.join(BASES)}")
+    cfg = _compose(BASES[base].overrides(), overrides, dotlist, config_file)
+    preset = BASES[base].pretrained_yaml
+    if preset is None or cfg.lab.model == TINY:
+        return cfg
+    ours = {**dict(leaves(BASES[base].overrides())), **dict(leaves(OmegaConf.to_container(OmegaConf.load(preset))))}
+    return _compose(ours, overrides, dotlist, config_file)
+
+
+def _compose(base_overrides: Mapping[str, Any], overrides: Any, dotlist: Any, config_file: Any) -> DictConfig:
+    """Base, the base's overrides, the file, ``overrides``, ``dotlist``: each edit checked, every problem listed."""
     overrides, dotlist = _arguments(overrides, dotlist)
+    try:
+        from_file = read_config_file(config_file) if config_file is not None else {}
+    except ConfigFileError as exc:
+        raise ConfigError(f"config has problems:\n  - {exc}") from exc
     base = shared_base()
     cfg = base_config()
-    edits = list(_flatten(overrides or {})) + _parse_dotlist(dotlist)
-    problems = []
-    for path, value, mode in edits:
-        if mode == "error":
-            problems.append(value)
-            continue
-        if mode in ("change", "add"):  # `+key=value` too: only keys verl or Agent Lightning read (key_problem)
-            problem = key_problem(path, base) or type_problem(path, value, base)
-            if problem:
-                problems.append(problem)
-                continue
-            value = _coerce(path, value, base)
-        try:
-            _apply(cfg, path, value, mode)
-        except (OmegaConfBaseException, KeyError) as exc:
-            fixed = " (the lab: section has fixed fields, see agl_lab.LabConfig)" if path.startswith(f"{LAB}.") else ""
-            problems.append(f"{path}: {_short(exc)}{fixed}")
+    problems: list[str] = []
+    edits = _edit(cfg, base, list(_flatten(base_overrides)), problems)
+    if from_file:
+        plain, linked = changed(cfg, _flatten(from_file))
+        edits += _edit(cfg, base, plain, problems, source=f"{config_file}: ")
+        for group in linked:  # a dump repeats what the interpolations give: those stay interpolations
+            if not all(resolves_to(cfg, path, value) for path, value, _ in group):
+                edits += _edit(cfg, base, group, problems, source=f"{config_file}: ")
+    edits += _edit(cfg, base, list(_flatten(overrides or {})) + _parse_dotlist(dotlist), problems)
     if not problems and not all(mode != "delete" and _plain(value) for _, value, mode in edits):
         try:  # interpolations (``${...}``) resolve; see _plain for why plain edits cannot break them
             OmegaConf.to_container(cfg, resolve=True)
@@ -147,21 +141,25 @@ def compose_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence
     return cfg
 
 
-def compose_from(base: str, overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = ()) -> DictConfig:
-    """``compose_config`` starting from the named base (a key of :data:`BASES`): its overrides, then yours.
-
-    A base with a pretrained preset (``short-run``: ``conf/pretrained.yaml``) puts it between its overrides and yours
-    when the result's ``lab.model`` is a pretrained model: composed twice then, once to learn which model you chose."""
-    if base not in BASES:
-        raise ConfigError(f"unknown base {base!r}: choose one of {', '.join(BASES)}")
-    overrides, dotlist = _arguments(overrides, dotlist)
-    ours, yours = dict(leaves(BASES[base].overrides())), dict(leaves(overrides or {}))
-    cfg = compose_config(overrides={**ours, **yours}, dotlist=dotlist)
-    preset = BASES[base].pretrained_yaml
-    if preset is None or cfg.lab.model == TINY:
-        return cfg
-    pretrained = dict(leaves(OmegaConf.to_container(OmegaConf.load(preset))))
-    return compose_config(overrides={**ours, **pretrained, **yours}, dotlist=dotlist)
+def _edit(cfg: DictConfig, base: DictConfig, edits: list, problems: list[str], source: str = "") -> list:
+    """Apply ``edits`` (path, value, mode) to ``cfg``; each that cannot be applied adds a problem (after ``source``,
+    the file it came from) instead. Returns the edits."""
+    for path, value, mode in edits:
+        if mode == "error":
+            problems.append(value)
+            continue
+        if mode in ("change", "add"):  # `+key=value` too: only keys verl or Agent Lightning read (key_problem)
+            problem = key_problem(path, base) or type_problem(path, value, base)
+            if problem:
+                problems.append(source + problem)
+                continue
+            value = _coerce(path, value, base)
+        try:
+            _apply(cfg, path, value, mode)
+        except (OmegaConfBaseException, KeyError) as exc:
+            fixed = " (the lab: section has fixed fields, see agl_lab.LabConfig)" if path.startswith(f"{LAB}.") else ""
+            problems.append(f"{source}{path}: {_short(exc)}{fixed}")
+    return edits
 
 
 def short_run_overrides() -> dict[str, Any]:
@@ -169,13 +167,16 @@ def short_run_overrides() -> dict[str, Any]:
     return BASES["short-run"].overrides()
 
 
-def short_run_config(overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = ()) -> DictConfig:
-    """``compose_from("short-run", ...)``: the lab trainer's preset under your ``overrides`` and ``dotlist``.
+def short_run_config(
+    overrides: Mapping[str, Any] | None = None, dotlist: Sequence[str] = (), config_file: str | PathLike | None = None
+) -> DictConfig:
+    """``compose_from("short-run", ...)``: the lab trainer's preset under your ``config_file``, ``overrides`` and
+    ``dotlist``.
 
     What an Agent Lightning example script passes as its overrides dict, sized so that the tiny default policy
     learns the default task in about a minute on 2 CPU cores.
     """
-    return compose_from("short-run", overrides, dotlist)
+    return compose_from("short-run", overrides, dotlist, config_file)
 
 
 def _arguments(overrides: Any, dotlist: Any) -> tuple[Mapping[str, Any] | None, list[str]]:
@@ -229,8 +230,8 @@ def _flatten(overrides: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[s
     base = shared_base()
     for key, value in overrides.items():
         path = f"{prefix}{key}"
-        known = OmegaConf.select(base, path, default=None)
-        if isinstance(value, Mapping | DictConfig) and isinstance(known, DictConfig) and len(known):
+        mapping_in = isinstance(value, Mapping | DictConfig)  # only then is the base looked up (a dump's ~900 leaves)
+        if mapping_in and isinstance(known := OmegaConf.select(base, path, default=None), DictConfig) and len(known):
             yield from _flatten(value, prefix=f"{path}.")
         else:
             if isinstance(value, DictConfig | ListConfig):

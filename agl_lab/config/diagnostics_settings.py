@@ -90,7 +90,7 @@ class DiagnosticsSettings:
 @functools.cache
 def base_settings(base: str = "short-run") -> DiagnosticsSettings:
     """A base's settings read from its YAML files (module docstring), as composing ``base`` gives them."""
-    from agl_lab.config.compose import BASES
+    from agl_lab.config.bases import BASES
 
     if base not in BASES:
         raise ValueError(f"unknown base {base!r}: choose from {list(BASES)}")

@@ -1,6 +1,7 @@
-"""The type each config key takes, so that every value is checked, also where the default is null.
+"""Which keys a config has, and the type each takes, so that every key and every value is checked.
 
-:func:`type_problem` checks a value against it (composition and the doctor both ask it). A key's type is its
+:func:`key_problem` says why a path is not a key (with the nearest valid key), :func:`type_problem` why a value does
+not fit the key's type: composition and the doctor both ask them. A key's type is its
 default's. Where verl's config dataclass (the section's ``_target_``) declares the field, the declaration wins:
 ``entropy_coeff: 0`` is a float field, and ``ppo_micro_batch_size_per_gpu: null`` an integer one. Null defaults in
 sections without a dataclass (``trainer.*``, ``data.*``, ``agentlightning.*``) take their type from
@@ -133,6 +134,31 @@ def declared_fields(section: DictConfig) -> set[str]:
     return {name for name in _field_types(str(target)) if not name.startswith("_")} if target else set()
 
 
+def key_problem(path: str, base: DictConfig) -> str | None:
+    """Why ``path`` is not a key of ``base`` (with the nearest valid key), or None if it is one.
+
+    Sections that are empty dicts or null in ``base`` (``agentlightning.local.env_map``, hooks, ...) are open:
+    anything below them is accepted. So is a field that verl's config dataclass for the section declares but its YAML
+    leaves out (``algorithm.gdpo_reward_keys``): verl reads it, so ``+algorithm.gdpo_reward_keys=[a,b]`` adds it.
+    """
+    parts = path.split(".")
+    node: Any = base
+    for depth, part in enumerate(parts):
+        if not isinstance(node, DictConfig) or len(node) == 0:
+            return None
+        # not ``part in node``: that is False for keys whose value is ??? (MISSING); no access check: lab: is struct
+        child = node._get_node(part, validate_access=False)
+        if child is None:
+            if depth == len(parts) - 1 and part in declared_fields(node):
+                return None
+            prefix = ".".join(parts[:depth])
+            return f"unknown key {path!r}{_nearest(path, prefix, node, base)}"
+        node = child
+        if node is not None and node._is_none():
+            return None
+    return None
+
+
 def _prototype(allowed: tuple[type, ...]) -> Any:
     for kind, value in _PROTOTYPES:
         if kind in allowed:
@@ -163,32 +189,7 @@ def _field_types(target: str) -> dict[str, tuple[type, ...]]:
     return out
 
 
-def key_problem(path: str, base: DictConfig) -> str | None:
-    """Why ``path`` is not a key of ``base`` (with the nearest valid key), or None if it is one.
-
-    Sections that are empty dicts or null in ``base`` (``agentlightning.local.env_map``, hooks, ...) are open:
-    anything below them is accepted. So is a field that verl's config dataclass for the section declares but its YAML
-    leaves out (``algorithm.gdpo_reward_keys``): verl reads it, so ``+algorithm.gdpo_reward_keys=[a,b]`` adds it.
-    """
-    parts = path.split(".")
-    node: Any = base
-    for depth, part in enumerate(parts):
-        if not isinstance(node, DictConfig) or len(node) == 0:
-            return None
-        # not ``part in node``: that is False for keys whose value is ??? (MISSING); no access check: lab: is struct
-        child = node._get_node(part, validate_access=False)
-        if child is None:
-            if depth == len(parts) - 1 and part in declared_fields(node):
-                return None
-            prefix = ".".join(parts[:depth])
-            return f"unknown key {path!r}{_nearest(path, prefix, node, base)}"
-        node = child
-        if node is not None and node._is_none():
-            return None
-    return None
-
-
-def _nearest(path: str, prefix: str, node: DictConfig, root: DictConfig) -> str:
+def _nearest(path: str, prefix: str, node: DictConfig, base: DictConfig) -> str:
     """' (did you mean ...?)' for a misspelt key: a path below the deepest valid prefix, else a key with that name."""
     relative = path[len(prefix) + 1 :] if prefix else path
     candidates = [*paths(node), *sorted(declared_fields(node))]  # what the YAML holds, and what verl also reads
@@ -196,7 +197,7 @@ def _nearest(path: str, prefix: str, node: DictConfig, root: DictConfig) -> str:
     if match:
         return f" (did you mean {(f'{prefix}.' if prefix else '') + match[0]!r}?)"
     last = path.rsplit(".", 1)[-1]
-    same_name = [c for c in paths(root) if c.rsplit(".", 1)[-1] == last]
+    same_name = [c for c in paths(base) if c.rsplit(".", 1)[-1] == last]
     if same_name:
         return f" (did you mean {same_name[0]!r}?)"
     return "; see `agl-lab check --show-config` for the valid keys"

@@ -14,7 +14,8 @@ import torch
 from omegaconf import DictConfig
 from verl import DataProto
 
-from agl_lab.config.compose import BASES, compose_config
+from agl_lab.config.bases import BASES
+from agl_lab.config.compose import compose_config
 from agl_lab.core.rows import build_rows
 
 __all__ = ["EXAMPLE_OVERRIDES", "example_rows", "rows_from_plan", "seed_example"]

@@ -1,15 +1,17 @@
 """A form for the three per-rollout settings that shows the config they compose to.
 
-Set the switches; the panel composes the config exactly as ``agl_lab.compose_config`` does (your base
-overrides, then the form's dotlist, then any extra ``key=value`` items), and shows the resolved settings, the
-doctor's findings, and what to hand to Agent Lightning: the overrides that differ from its defaults and the
-dotlist for its training scripts. A config that cannot be composed is shown as the error, in red.
+Set the switches; the panel composes the config exactly as ``agl_lab.compose_config`` does (your config file, then
+your base overrides, then the form's dotlist, then any extra ``key=value`` items), and shows the resolved settings,
+the doctor's findings for the trainer you name (``trainer="agl"``: Agent Lightning's, the lab's by default), and what
+to hand to Agent Lightning: the overrides that differ from its defaults and the dotlist for its training scripts. A
+config that cannot be composed is shown as the error, in red.
 Notebook: ``notebooks/02_config_check.ipynb``.
 """
 
 from __future__ import annotations
 
 import html
+import os
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -35,11 +37,19 @@ _LEVEL_COLOURS = {"error": "#b00020", "warning": "#b26a00", "note": "#555555"}
 class ConfigPanel:
     """The form (``.widget``) and what it composes to (``.cfg``, ``.findings``, ``.dotlist()``)."""
 
-    def __init__(self, base_overrides: Mapping[str, Any] | None = None, base_dotlist: Sequence[str] = ()):
+    def __init__(
+        self,
+        base_overrides: Mapping[str, Any] | None = None,
+        base_dotlist: Sequence[str] = (),
+        *,
+        config_file: str | os.PathLike[str] | None = None,
+        trainer: str = "lab",
+    ):
         freeze_loaded()  # short GC pauses from here on (agl_lab.ui.gc_pauses)
         self.base_overrides = dict(base_overrides or {})
         self.base_dotlist = list(base_dotlist)
-        start = compose_config(overrides=self.base_overrides, dotlist=self.base_dotlist)
+        self.config_file, self.trainer = config_file, trainer  # the file is read on every compose: edits show
+        start = self._compose(self.base_dotlist)
         style = {"description_width": "220px"}  # the longest description, "ppo_mini_batch_size (prompts)", fits
         layout = widgets.Layout(width="620px")  # the longest loss-mode label fits beside it
         self.controls = settings_controls(start, modes=trainable_modes(), keep_own=True)
@@ -82,11 +92,14 @@ class ConfigPanel:
     def refresh(self) -> None:
         """Compose again from the current form values and redraw the view."""
         try:
-            self.cfg = compose_config(overrides=self.base_overrides, dotlist=self.dotlist())
-            self.findings, self.error = diagnose(self.cfg, composed=True), None
+            self.cfg = self._compose(self.dotlist())
+            self.findings, self.error = diagnose(self.cfg, trainer=self.trainer, composed=True), None
         except ConfigError as exc:
             self.cfg, self.findings, self.error = None, [], str(exc)
         self.view.value = self._render()
+
+    def _compose(self, dotlist: list[str]):
+        return compose_config(overrides=self.base_overrides, dotlist=dotlist, config_file=self.config_file)
 
     def _render(self) -> str:
         if self.error is not None:
