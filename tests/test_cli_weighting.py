@@ -153,7 +153,7 @@ def test_a_dump_with_each_sessions_outcome_on_its_last_row_prints_the_table_of_i
 
 
 def refused_shapes(tmp_path) -> dict:
-    """A file of each shape the reader refuses, written by verl's own writer or the lab's: path -> what the line says."""
+    """A file of each shape the reader refuses, by verl's own writer or the lab's: its name -> what the line says."""
     import json
 
     from test_run_readers import agent_rows

@@ -23,7 +23,7 @@ import difflib
 __all__ = ["DEFAULT_OUTCOME", "OUTCOMES", "check_outcome"]
 
 OUTCOMES = {
-    "last": "the score of the session's last row (verl scores a multi-output session on its final output)",
+    "last": "the score of the session's last row",
     "max": "the highest score among the session's rows (NaN if any row's is NaN)",
 }
 DEFAULT_OUTCOME = "last"
