@@ -228,6 +228,10 @@ def _range_text(part: str, whole: str) -> Callable[[int], bool]:
 
 def _step_files(path: Path, steps: Any, wanted: Callable[[int], bool]) -> list[tuple[int, Path]]:
     files = sorted((int(m.group(1)), p) for p in path.iterdir() if (m := _STEP_FILE.match(p.name)))
+    twice = [(step, a.name, b.name) for (step, a), (other, b) in zip(files, files[1:], strict=False) if step == other]
+    if twice:
+        step, first, second = twice[0]
+        raise BatchFileError(f"{path} holds step {step} twice ({first}, {second}): keep one file a step")
     chosen = [(step, file) for step, file in files if wanted(step)]
     if not chosen:
         raise ValueError(

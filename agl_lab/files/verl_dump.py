@@ -6,11 +6,12 @@ trainer): ``input`` and ``output`` (decoded text), ``gts``, ``score`` (the row's
 ``uid`` = the row's key ``{uid}_{session}_{index}`` (``trainer_base._log_rollout_data``). Read here:
 
 * the trajectory (the session): ``trajectory_column`` when named, else ``request_id``, else the v1 key's
-  ``{uid}_{session}``; a row that has none of them (verl's own agent loops make one row per sample, and
-  ``RayPPOTrainer`` writes ``request_id`` only when the batch has one; beside a loop that sets it, a loop that does
-  not gets None, as ``AgentLoopWorker._postprocess`` fills an extra field a loop leaves out) is a session of its own, named by its file and line (``3.jsonl:17``), unless some row's
-  prompt continues another's prompt and response (whitespace aside): those are turns of one multi-output session the
-  file does not name, and the file is refused saying which lines and how to name the field;
+  ``{uid}_{session}``; a row that has none of them is a session of its own, named by its file and line
+  (``3.jsonl:17``): verl's own agent loops make one row per sample, ``RayPPOTrainer`` writes ``request_id`` only when
+  the batch has one, and beside a loop that sets it one that does not gets None (``AgentLoopWorker._postprocess``
+  fills an extra field a loop leaves out). Unless some row's prompt continues another's prompt and response
+  (whitespace aside): those are turns of one multi-output session the file does not name, and the file is refused
+  saying which lines and how to name the field;
 * the group: ``group_column`` when named, else the v1 key's ``{uid}``, else a ``uid`` field (a reward-extra), else the
   prompt text of the trajectory's first row (later rows of a multi-turn trajectory carry the history in theirs);
 * the row: the v1 key's index, else the order of the trajectory's rows in the file;
