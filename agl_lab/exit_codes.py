@@ -59,7 +59,7 @@ EXCEPTION_CODES: tuple[tuple[int, tuple[type[BaseException] | tuple[str, str], .
     (6, (TrainedNothingError,)),
     (1, (("agl_lab.config.doctor", "DoctorError"),)),
     (4, (FileExistsError, DirectoryBusyError, ("agl_lab.training.tracking", "ConcurrentRunError"))),
-    (5, (OSError, ("agl_lab.files.batch_io", "BatchFileError"))),
+    (5, (OSError, ("agl_lab.files.batch_header", "BatchFileError"))),
     (2, (_CONFIG_ERROR, ValueError)),
 )
 

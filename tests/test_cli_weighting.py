@@ -1,6 +1,7 @@
 """``agl-lab weighting PATH``: the table in verl PR #7580's column order, its numbers against a count by hand from
 data/sample_batch's rollouts, and bad input as one line with a documented exit code."""
 
+import re
 import subprocess
 import sys
 
@@ -117,3 +118,72 @@ def test_the_command_on_a_batch_file_loads_no_torch_verl_ray_tensordict_or_hydra
     assert (
         out.stdout.strip().splitlines()[-1] == "0 []"
     )  # each costs seconds to import (benchmarks/bench_weighting_cli)
+
+
+def test_a_dump_with_each_sessions_outcome_on_its_last_row_prints_the_table_of_its_outcomes(tmp_path, capsys):
+    # issue 50: verl's dump of a multi-output agent loop, the outcome on a session's last row and zeros before it,
+    # ended with exit 70; now it reads as the same rollouts with the outcome on every row (Agent Lightning's shape)
+    from test_run_readers import agent_rows
+    from test_run_sessions import outcome_on_last_row
+
+    from agl_lab.files.verl_dump import write_verl_dump
+
+    for step, n_prompts in ((1, 70), (2, 5), (3, 5)):
+        rows = agent_rows(step, n_prompts=n_prompts, calls="uniform", min_calls=1, max_calls=12)
+        write_verl_dump(rows, tmp_path / "agreeing", step=step)
+        outcome_on_last_row(rows)
+        write_verl_dump(rows, tmp_path / "last", step=step)
+    out = tmp_path / "out"
+    assert main(["weighting", str(tmp_path / "last"), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    said = next(line for line in text.splitlines() if line.startswith("Outcome of a session"))
+    assert said.startswith("Outcome of a session (--outcome last, the default): the score of the session's last row")
+    assert re.search(r"the rows of [1-9]\d* of \d+ sessions carried different scores", said)
+    assert main(["weighting", str(tmp_path / "agreeing")]) == 0
+    agreeing = capsys.readouterr().out
+    assert "the rows of each of the" in agreeing
+    assert printed_table(text) == printed_table(agreeing)
+    assert pd.read_csv(out / "weighting_steps.csv")["step"].unique().tolist() == [1, 2, 3]
+    assert main(["weighting", str(tmp_path / "last"), "--outcome", "max"]) == 0
+    assert "(--outcome max): the highest score among the session's rows" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as usage:
+        main(["weighting", str(tmp_path / "last"), "--outcome", "first"])
+    assert usage.value.code == 2
+    assert "argument --outcome: invalid choice: 'first'" in capsys.readouterr().err
+
+
+def refused_shapes(tmp_path) -> dict:
+    """A file of each shape the reader refuses, by verl's own writer or the lab's: its name -> what the line says."""
+    import json
+
+    from test_run_readers import agent_rows
+
+    from agl_lab.files.batch_header import META_FILE, header_digest
+    from agl_lab.files.batch_io import load_batch, save_batch
+    from agl_lab.files.verl_dump import write_verl_dump
+
+    rows = agent_rows(40, n_prompts=3)
+    write_verl_dump(rows, tmp_path / "turns", step=1, request_ids=None)
+    groups = [f"g{i % 2}" for i in range(len(rows))]
+    write_verl_dump(rows, tmp_path / "groups", step=1, reward_extra={"uid": groups})
+    write_verl_dump(rows, tmp_path / "renamed", step=1)
+    (tmp_path / "renamed" / "1.jsonl").rename(tmp_path / "renamed" / "7.jsonl")
+    batch = save_batch(load_batch(sample_batch_path()), tmp_path / "batch")
+    header = json.loads((batch / META_FILE).read_text())
+    header["rows"] = 80
+    header["sha256"]["header"] = header_digest(header)
+    (batch / META_FILE).write_text(json.dumps(header))
+    return {
+        "turns": r"turns/1\.jsonl: line \d+'s prompt continues line \d+'s .*\(--trajectory-column",
+        "groups": r"groups/1\.jsonl: session 'p\d/r\d' has rows in 2 GRPO groups .*\(--group-column",
+        "renamed": r"renamed/7\.jsonl is step 7 by its name, but \d+ of its rows say step \[1\]",
+        "batch": r"batch is corrupt, its header disagreeing with what it stores: batch\.json says 80 rows where",
+    }
+
+
+def test_every_refused_shape_is_one_line_with_exit_5(tmp_path, capsys):
+    for name, text in refused_shapes(tmp_path).items():
+        assert main(["weighting", str(tmp_path / name), "--out", str(tmp_path / "out")]) == 5, name
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("agl-lab: file error: ") and re.search(text, line), (name, line)
+        assert not (tmp_path / "out").exists()  # nothing partial

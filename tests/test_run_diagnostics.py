@@ -182,3 +182,17 @@ def test_a_batch_by_step_is_one_step_with_the_batchs_own_step():
     assert list(steps.columns) == STEP_COLUMNS and steps["step"].tolist() == [7, 7]
     assert_same_table(steps.drop(columns=["step"]), whole)
     assert steps.attrs["influence"]["step"].unique().tolist() == [7]
+
+
+def test_rows_agent_lightnings_rollout_level_refuses_are_one_error_naming_the_file_and_the_fix(tmp_path):
+    from agl_lab.files.batch_io import save_batch
+    from conftest import make_rows
+
+    # rollout a's first row has no trainable token: Agent Lightning reads the rollout's advantage there, and refuses
+    rows = make_rows([("p0", "a", 1.0, [2, 1]), ("p0", "b", 0.0, [2])], masks=[[0, 0], [1], [1, 1]])
+    path = save_batch(rows, tmp_path / "batch")
+    message = r"batch: rollout-level advantage cannot extract advantages for empty rollout_id='a', as Agent Lightning"
+    with pytest.raises(ValueError, match=message + r".*enable_rollout_level_advantage=false\) or fix the rows$"):
+        agl_lab.weighting_diagnostics(path)
+    row_level = short_run_config(dotlist=["algorithm.enable_rollout_level_advantage=false"])
+    assert agl_lab.weighting_diagnostics(path, cfg=row_level)["trajectories"].eq(2).all()

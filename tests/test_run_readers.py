@@ -89,7 +89,8 @@ def test_the_trajectory_column_named_and_a_dump_without_trajectories(tmp_path):
     rows = agent_rows(5)
     session = [f"s-{r}" for r in rows.non_tensor_batch["rollout_id_list"]]
     write_verl_dump(rows, tmp_path, step=1, request_ids=None, reward_extra={"session": session})  # no request_id
-    with pytest.raises(ValueError, match=r"no request_id .* read_run\(\.\.\., trajectory_column=\.\.\.\)"):
+    # its rows continue one another (turns of multi-output sessions): nothing in the file says which session is whose
+    with pytest.raises(BatchFileError, match=r"carry no session id \(no request_id.* trajectory_column=\.\.\.\)\)$"):
         agl_lab.read_run(tmp_path)
     assert agl_lab.read_run(tmp_path, trajectory_column="session")["trajectory"].tolist() == session
     with pytest.raises(ValueError, match=r"trajectory_column='sesion' is not a field of .*1\.jsonl: it has \["):
@@ -225,3 +226,15 @@ def test_the_shipped_verl_dump_is_what_its_make_script_writes(tmp_path):
         assert path.read_bytes() == (shipped / path.name).read_bytes(), path.name
     table = agl_lab.read_run(shipped)
     assert (len(table), table.groupby(["step", "trajectory"]).ngroups) == (1850, 288)  # data/verl_rollout_dump/README
+
+
+def test_a_step_file_holding_another_steps_rows_is_refused(tmp_path):
+    # verl names each file after the step its rows hold ({global_steps}.jsonl, step = global_steps on every row)
+    write_verl_dump(agent_rows(11, n_prompts=1), tmp_path / "dump", step=2)
+    (tmp_path / "dump" / "2.jsonl").rename(tmp_path / "dump" / "5.jsonl")
+    with pytest.raises(BatchFileError, match=r"5\.jsonl is step 5 by its name, but \d+ of its rows say step \[2\]"):
+        agl_lab.read_run(tmp_path / "dump")
+    (tmp_path / "tables").mkdir()
+    agl_lab.read_run(sample_batch_path()).assign(step=3).to_parquet(tmp_path / "tables" / "4.parquet")
+    with pytest.raises(BatchFileError, match=r"4\.parquet is step 4 by its name, but 81 of its rows say step \[3\]"):
+        agl_lab.read_run(tmp_path / "tables")

@@ -10,7 +10,11 @@ class (for an agl_lab run: its own mode's). ``--steps 1-100`` picks steps; ``--o
 ``DIR/weighting_steps.csv`` (``step, mode`` + the columns), ``weighting_run.csv``, ``weighting_influence.csv`` and the
 figures ``weighting_steps.png`` (gap, cosine, ESS per mode over steps) and ``weighting_influence.png`` (a class for
 every row count the run has), all computed before the first is written. ``key=value`` items configure how rows are
-measured (estimator, mini-batch; base ``short-run``). A PATH that is none of these: one line, exit 5.
+measured (estimator, mini-batch; base ``short-run``). ``--outcome`` says how a session's outcome is read where its
+rows' scores differ (:data:`agl_lab.files.outcome_rules.OUTCOMES`; default ``last``), and the output says which rule
+it used and how many sessions it changed. A PATH that is none of these, or a file whose rows cannot be read as
+sessions (a session in two groups, turns of a session the file does not name, a step file holding another step, a
+step in two files, a batch header disagreeing with its tensors): one line, exit 5 (``docs/reading_runs.md``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import os
 from agl_lab.cli.commands import Subcommand
 from agl_lab.cli.help import print_base
 from agl_lab.core.keys import ESTIMATOR
+from agl_lab.files.outcome_rules import DEFAULT_OUTCOME, OUTCOMES
 
 __all__ = ["COMMAND", "add_weighting_arguments", "run_weighting_command"]
 
@@ -40,6 +45,13 @@ def add_weighting_arguments(weighting: argparse.ArgumentParser) -> None:
     weighting.add_argument("--trajectory-column", default=None, help="the field of a verl dump holding the trajectory")
     weighting.add_argument("--group-column", default=None, help="the field of a verl dump holding the GRPO group")
     weighting.add_argument("--trusted", action="store_true", help="load a pickled verl dump (unpickling runs code)")
+    rules = "; ".join(f"{name}: {meaning}" for name, meaning in OUTCOMES.items())
+    weighting.add_argument(
+        "--outcome",
+        choices=tuple(OUTCOMES),
+        default=DEFAULT_OUTCOME,
+        help=f"a session's outcome where its rows' scores differ ({rules}; default: {DEFAULT_OUTCOME})",
+    )
 
 
 def run_weighting_command(args: argparse.Namespace) -> int:
@@ -68,9 +80,15 @@ def run_weighting_command(args: argparse.Namespace) -> int:
         trusted=args.trusted,
         trajectory_column=args.trajectory_column,
         group_column=args.group_column,
+        outcome=args.outcome,
     )
     table = run.table()
     steps = table.attrs.get("steps", 0)
+    if run.sessions:  # rows read from files (an agl_lab run was measured as it trained)
+        from agl_lab.files.run_sessions import describe_sessions
+
+        default = ", the default" if args.outcome == DEFAULT_OUTCOME else ""
+        print(f"Outcome of a session (--outcome {args.outcome}{default}): {describe_sessions(run.sessions)}.")
     print(
         f"Weighting diagnostics of {args.path} ({steps} step{'s' * (steps != 1)}; verl PR #7580's columns, rates as "
         "fractions, the mean over steps):"

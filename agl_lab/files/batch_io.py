@@ -10,31 +10,32 @@ Notebook: ``notebooks/01_per_rollout_weighting.ipynb``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from safetensors import SafetensorError
 
+from agl_lab.files.batch_header import (
+    META_FILE,
+    SAFE_FORMAT,
+    SAFE_VERSION,
+    TENSORS_FILE,
+    BatchFileError,
+    check_stored,
+    file_digest,
+    header_digest,
+    read_batch_header,
+    tensor_specs,
+)
+
 if TYPE_CHECKING:  # loaded where a DataProto is made: reading a header or a run's rows needs neither torch nor verl
     from verl import DataProto
 
-__all__ = ["BatchFileError", "data_dir", "load_batch", "non_tensor_columns", "read_batch_header", "sample_batch_path"]
-__all__ += ["save_batch"]
-
-SAFE_FORMAT = "agl_lab.batch"
-SAFE_VERSION = 2  # 2: batch.json holds sha256 checksums of the header and the tensors file (1: none)
-TENSORS_FILE = "tensors.safetensors"
-META_FILE = "batch.json"
-
-
-class BatchFileError(ValueError):
-    """A batch file that cannot be loaded: corrupt, foreign, or a pickle the caller has not said to trust."""
+__all__ = ["BatchFileError", "data_dir", "load_batch", "non_tensor_columns", "sample_batch_path", "save_batch"]
 
 
 def save_batch(batch: DataProto, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
@@ -68,7 +69,7 @@ def save_batch(batch: DataProto, path: str | os.PathLike, *, overwrite: bool = F
     }
     path.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path / TENSORS_FILE), metadata={"format": SAFE_FORMAT, "version": str(SAFE_VERSION)})
-    header["sha256"] = {"header": _header_digest(header), "tensors": _file_digest(path / TENSORS_FILE)}
+    header["sha256"] = {"header": header_digest(header), "tensors": file_digest(path / TENSORS_FILE)}
     (path / META_FILE).write_text(json.dumps(header, indent=1) + "\n")
     return path
 
@@ -130,35 +131,6 @@ def sample_batch_path() -> Path:
     return data_dir() / "sample_batch"
 
 
-def read_batch_header(path: str | os.PathLike, *, stacklevel: int = 2) -> dict[str, Any]:
-    """The checked ``batch.json`` of a batch directory :func:`save_batch` wrote (its tensors' checksum verified too):
-    what :func:`load_batch` and the run readers (:mod:`agl_lab.lab.batch_rows`, without torch) both start from.
-    ``stacklevel``: where a missing-checksum warning points, as :func:`warnings.warn` counts from the caller."""
-    path = Path(path)
-    meta_path, tensors_path = path / META_FILE, path / TENSORS_FILE
-    absent = [p.name for p in (meta_path, tensors_path) if not p.is_file()]
-    if absent:
-        raise BatchFileError(
-            f"{path} is not an agl_lab batch: it lacks {' and '.join(absent)} "
-            f"(a batch saved by agl_lab.files.batch_io.save_batch has {TENSORS_FILE} and {META_FILE})"
-        )
-    try:
-        header = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BatchFileError(f"{meta_path} is corrupt (not valid JSON: {exc}); save the batch again") from exc
-    if not isinstance(header, dict) or header.get("format") != SAFE_FORMAT:
-        raise BatchFileError(f"{meta_path} is not an agl_lab batch header (its format is not {SAFE_FORMAT!r})")
-    version = header.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise BatchFileError(f"{meta_path} is corrupt: its format version is {version!r}; save the batch again")
-    if version > SAFE_VERSION:
-        raise BatchFileError(
-            f"{path} has format version {version!r}; this agl_lab reads up to {SAFE_VERSION}: update agl_lab"
-        )
-    _verify_checksums(path, header, tensors_path, stacklevel=stacklevel + 1)
-    return header
-
-
 def non_tensor_columns(header: dict[str, Any]) -> dict[str, np.ndarray]:
     """The non-tensor fields a checked header holds, as the arrays :func:`save_batch` was given."""
     return {key: _decode_column(spec) for key, spec in header["non_tensor_batch"].items()}
@@ -169,56 +141,14 @@ def _load_safe(path: Path) -> DataProto:
     from verl import DataProto
 
     header = read_batch_header(path, stacklevel=4)
+    check_stored(path, header, tensor_specs(path / TENSORS_FILE)[0])
     try:
         tensors = load_file(str(path / TENSORS_FILE))
-        n = int(header["rows"])
-        expected = {key: tuple(spec["shape"]) for key, spec in header["tensors"].items()}
         non_tensors = non_tensor_columns(header)
         meta_info = dict(header["meta_info"])
     except (SafetensorError, OSError, KeyError, TypeError, ValueError) as exc:
         raise BatchFileError(f"{path} is corrupt ({type(exc).__name__}: {exc}); save the batch again") from exc
-    found = {key: tuple(value.shape) for key, value in tensors.items()}
-    if found != expected:
-        raise BatchFileError(f"{path} is corrupt: {TENSORS_FILE} holds {found} but {META_FILE} lists {expected}")
-    wrong = [key for key, value in [*tensors.items(), *non_tensors.items()] if len(value) != n]
-    if wrong:
-        raise BatchFileError(f"{path} is corrupt: fields {wrong} do not have {n} rows as {META_FILE} says")
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info)
-
-
-def _verify_checksums(path: Path, header: dict[str, Any], tensors_path: Path, *, stacklevel: int) -> None:
-    """Refuse a batch whose files changed after :func:`save_batch` wrote them (a flipped byte, a cut file)."""
-    sums = header.get("sha256")
-    if sums is None and header["version"] < 2:
-        warnings.warn(
-            f"{path} has no checksums (saved before agl_lab's batch format 2), so a damaged byte would go unnoticed: "
-            "save it again with agl_lab.files.batch_io.save_batch",
-            stacklevel=stacklevel,
-        )
-        return
-    if not isinstance(sums, dict):
-        raise BatchFileError(f"{path} is corrupt: {META_FILE} lacks its sha256 checksums; save the batch again")
-    actual = {"header": _header_digest(header), "tensors": _file_digest(tensors_path)}
-    changed = [META_FILE if name == "header" else TENSORS_FILE for name in actual if sums.get(name) != actual[name]]
-    if changed:
-        raise BatchFileError(
-            f"{path} is corrupt: the sha256 of {' and '.join(changed)} does not match the checksum save_batch stored "
-            f"in {META_FILE} (a byte changed after the batch was saved); save the batch again"
-        )
-
-
-def _header_digest(header: dict[str, Any]) -> str:
-    """sha256 of the header's content without its checksums, independent of indentation and key order."""
-    content = {key: value for key, value in header.items() if key != "sha256"}
-    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _load_pickle(path: Path) -> DataProto:

@@ -12,8 +12,10 @@ Sources (:func:`run_source` tells which a path is):
 * ``lab_batch``: a folder :func:`agl_lab.files.batch_io.save_batch` wrote (read with numpy); ``verl_pickle``: a
   ``DataProto.save_to_disk`` file, unpickled only with ``trusted=True`` (unpickling runs its author's code).
 
-A folder of steps streams: :func:`iter_run_steps` reads one step at a time, so memory stays bounded by one step;
-``steps=`` picks which (:func:`parse_steps`). Notebook: ``notebooks/06_weighting_proposals.ipynb``.
+Every step then goes through :mod:`agl_lab.files.run_sessions` (each session in one group, and one outcome per
+session: ``outcome=``); a step file whose rows name another step is refused. A folder of steps streams:
+:func:`iter_run_steps` reads one step at a time, so memory stays bounded by one step; ``steps=`` picks which
+(:func:`parse_steps`). Notebook: ``notebooks/06_weighting_proposals.ipynb``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ import pandas as pd
 
 from agl_lab.core.keys import ROLLOUT_DATA_DIR
 from agl_lab.files.batch_io import META_FILE, TENSORS_FILE, BatchFileError
+from agl_lab.files.outcome_rules import DEFAULT_OUTCOME, check_outcome
 from agl_lab.files.run_rows import RUN_COLUMNS, read_safe_batch, rows_from_batch, tidy
+from agl_lab.files.run_sessions import session_outcomes, total_sessions
 from agl_lab.files.verl_dump import read_verl_step
 
 __all__ = ["iter_run_steps", "parse_steps", "read_run", "run_source"]
@@ -46,20 +50,32 @@ def read_run(
     trajectory_column: str | None = None,
     group_column: str | None = None,
     trusted: bool = False,
+    outcome: str = DEFAULT_OUTCOME,
 ) -> pd.DataFrame:
     """One tidy line per training row (:data:`RUN_COLUMNS`, :mod:`agl_lab.files.run_rows`) of the run at ``path``.
 
     ``steps``: which steps (:func:`parse_steps`; None: all). ``trajectory_column``/``group_column``: the field of a
     verl dump holding each row's trajectory or GRPO group (module docstring). ``trusted``: unpickle a verl
-    ``DataProto.save_to_disk`` file. ``attrs``: ``source`` (:func:`run_source`), ``score_dtype``, ``steps``.
+    ``DataProto.save_to_disk`` file. ``outcome``: how a session's outcome is read from its rows' scores where they
+    differ (:data:`~agl_lab.files.outcome_rules.OUTCOMES`; every row's ``reward`` is then its session's). ``attrs``:
+    ``source`` (:func:`run_source`), ``score_dtype``, ``steps``, ``sessions`` (:mod:`agl_lab.files.run_sessions`).
     """
     frames = list(
         iter_run_steps(
-            path, steps=steps, trajectory_column=trajectory_column, group_column=group_column, trusted=trusted
+            path,
+            steps=steps,
+            trajectory_column=trajectory_column,
+            group_column=group_column,
+            trusted=trusted,
+            outcome=outcome,
         )
     )
     table = pd.concat([frame for _, frame in frames], ignore_index=True) if frames else tidy_empty()
-    table.attrs = {**(frames[0][1].attrs if frames else {}), "steps": [step for step, _ in frames]}
+    table.attrs = {
+        **(frames[0][1].attrs if frames else {}),
+        "steps": [step for step, _ in frames],
+        "sessions": total_sessions(frame.attrs["sessions"] for _, frame in frames),
+    }
     return table
 
 
@@ -70,9 +86,18 @@ def iter_run_steps(
     trajectory_column: str | None = None,
     group_column: str | None = None,
     trusted: bool = False,
+    outcome: str = DEFAULT_OUTCOME,
 ) -> Iterator[tuple[int | None, pd.DataFrame]]:
     """``(step, rows)`` per step, in step order, each read when it is reached (see :func:`read_run`)."""
-    path = Path(path)
+    check_outcome(outcome)
+    for step, frame, where in _steps_as_held(Path(path), steps, trajectory_column, group_column, trusted):
+        yield step, session_outcomes(frame, outcome=outcome, where=where)
+
+
+def _steps_as_held(
+    path: Path, steps: Any, trajectory_column: str | None, group_column: str | None, trusted: bool
+) -> Iterator[tuple[int | None, pd.DataFrame, str]]:
+    """``(step, rows, where)`` per step as the source holds them; ``where`` names the step's file in a refusal."""
     source = run_source(path)
     wanted = parse_steps(steps)
     attrs = {"source": source, "path": str(path)}
@@ -87,8 +112,9 @@ def iter_run_steps(
                 if file.suffix == ".jsonl"
                 else _table(file, default_step=step)
             )
+            _check_step(file, step, frame)
             frame.attrs = {**frame.attrs, **attrs}
-            yield step, frame
+            yield step, frame, str(file)
         return
     if source == "table":
         table = _table(path, default_step=None)
@@ -97,7 +123,7 @@ def iter_run_steps(
             if step is None or wanted(step):
                 frame = frame.reset_index(drop=True)
                 frame.attrs = {**table.attrs, **attrs}
-                yield step, frame
+                yield step, frame, f"{path} (step {step})"
         return
     if source == "lab_batch":
         frame = read_safe_batch(path.parent if path.is_file() else path)
@@ -109,7 +135,7 @@ def iter_run_steps(
     if steps is not None and (step is None or not wanted(step)):
         raise ValueError(f"steps={steps!r} selects nothing from {path}: it is one batch (step {step})")
     frame.attrs = {**frame.attrs, **attrs}
-    yield step, frame
+    yield step, frame, str(path)
 
 
 def run_source(path: str | os.PathLike) -> str:
@@ -202,12 +228,29 @@ def _range_text(part: str, whole: str) -> Callable[[int], bool]:
 
 def _step_files(path: Path, steps: Any, wanted: Callable[[int], bool]) -> list[tuple[int, Path]]:
     files = sorted((int(m.group(1)), p) for p in path.iterdir() if (m := _STEP_FILE.match(p.name)))
+    twice = [(step, a.name, b.name) for (step, a), (other, b) in zip(files, files[1:], strict=False) if step == other]
+    if twice:
+        step, first, second = twice[0]
+        raise BatchFileError(f"{path} holds step {step} twice ({first}, {second}): keep one file a step")
     chosen = [(step, file) for step, file in files if wanted(step)]
     if not chosen:
         raise ValueError(
             f"steps={steps!r} selects none of {path}'s steps ({files[0][0]}..{files[-1][0]}, {len(files)} files)"
         )
     return chosen
+
+
+def _check_step(file: Path, step: int, frame: pd.DataFrame) -> None:
+    """Refuse a step file whose rows name another step than its name (verl writes ``{global_steps}.jsonl`` with
+    ``step = global_steps`` on every row: a renamed or merged file)."""
+    said = frame["step"].dropna().unique()
+    other = sorted(int(s) for s in said if int(s) != step)
+    if other:
+        raise BatchFileError(
+            f"{file} is step {step} by its name, but {int((frame['step'] != step).sum())} of its rows say step "
+            f"{other[:5]}{' ...' if len(other) > 5 else ''}: a step file holds the rows of the step it is named after "
+            "(a renamed or merged file?); name it after its rows' step, or split it by step"
+        )
 
 
 def _table(file: Path, *, default_step: int | None) -> pd.DataFrame:

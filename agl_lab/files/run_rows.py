@@ -21,7 +21,6 @@ computed in it (:mod:`agl_lab.lab.grpo_numpy`). The run readers are :mod:`agl_la
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,7 +29,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from agl_lab.files.batch_io import TENSORS_FILE, BatchFileError, non_tensor_columns, read_batch_header
+from agl_lab.files.batch_header import (
+    SAFETENSORS_DTYPES,
+    TENSORS_FILE,
+    BatchFileError,
+    check_stored,
+    read_batch_header,
+    tensor_specs,
+)
+from agl_lab.files.batch_io import non_tensor_columns
 
 if TYPE_CHECKING:
     from verl import DataProto
@@ -40,7 +47,7 @@ __all__ = ["RUN_COLUMNS", "read_safe_batch", "rows_from_arrays", "rows_from_batc
 RUN_COLUMNS = ["step", "group", "trajectory", "row", "response_tokens", "reward", "advantage", "kept"]
 # the tensors the table reads (the rest of a batch, token ids above all, is never decoded)
 _READ = ("response_mask", "attention_mask", "token_level_scores", "token_level_rewards", "advantages", "is_drop_mask")
-_SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4",
+_NUMPY_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4",
                        "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}  # fmt: skip
 
 
@@ -67,7 +74,9 @@ def read_safe_batch(path: str | os.PathLike, *, step: int | None = None) -> pd.D
     checksums verified as :func:`~agl_lab.files.batch_io.load_batch` verifies them)."""
     path = Path(path)
     header = read_batch_header(path, stacklevel=3)
-    tensors, dtypes = _read_safetensors(path / TENSORS_FILE, keys=_READ)
+    specs, start = tensor_specs(path / TENSORS_FILE)
+    check_stored(path, header, specs)
+    tensors, dtypes = _read_safetensors(path / TENSORS_FILE, specs, start, keys=_READ)
     if "responses" in header.get("tensors", {}):
         tensors["response_width"] = int(header["tensors"]["responses"]["shape"][-1])
     meta_step = header.get("meta_info", {}).get("global_steps")
@@ -166,28 +175,25 @@ def _ids(columns: Mapping[str, np.ndarray], keys: tuple[str, ...], n: int) -> np
     return None
 
 
-def _read_safetensors(path: Path, *, keys: tuple[str, ...]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """The tensors ``keys`` of a safetensors file as numpy arrays (bf16 widened to float32 exactly), and their dtypes.
-
-    The format: 8 bytes of header length (little endian), a JSON header ``name -> {dtype, shape, data_offsets}``,
-    then the raw bytes, little endian, row-major."""
+def _read_safetensors(
+    path: Path, specs: dict[str, dict[str, Any]], start: int, *, keys: tuple[str, ...]
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The tensors ``keys`` of a safetensors file as numpy arrays (bf16 widened to float32 exactly), and their dtypes;
+    ``specs`` and ``start``: its header and where its bytes begin (:func:`~agl_lab.files.batch_header.tensor_specs`).
+    The bytes are little endian, row-major."""
     try:
         data = path.read_bytes()
-        length = int.from_bytes(data[:8], "little")
-        header = json.loads(data[8 : 8 + length])
         tensors, dtypes = {}, {}
         for key in keys:
-            if key not in header:
+            if key not in specs:
                 continue
-            spec = header[key]
-            start, end = (8 + length + offset for offset in spec["data_offsets"])
-            raw = np.frombuffer(data[start:end], dtype=_SAFETENSORS_DTYPES[spec["dtype"]]).reshape(spec["shape"])
+            spec = specs[key]
+            begin, end = (start + offset for offset in spec["data_offsets"])
+            raw = np.frombuffer(data[begin:end], dtype=_NUMPY_DTYPES[spec["dtype"]]).reshape(spec["shape"])
             if spec["dtype"] == "BF16":  # bf16 is float32's top half: widen bit for bit
                 raw = (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
             tensors[key] = raw
-            dtypes[key] = {"BF16": "bfloat16", "F32": "float32", "F64": "float64", "F16": "float16"}.get(
-                spec["dtype"], spec["dtype"].lower()
-            )
+            dtypes[key] = SAFETENSORS_DTYPES[spec["dtype"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BatchFileError(f"{path} is corrupt ({type(exc).__name__}: {exc}); save the batch again") from exc
     return tensors, dtypes

@@ -5,7 +5,13 @@ trainer): ``input`` and ``output`` (decoded text), ``gts``, ``score`` (the row's
 ``step``, every reward-extra field of the batch's length, ``request_id`` when the batch has one, and in the v1 trainer
 ``uid`` = the row's key ``{uid}_{session}_{index}`` (``trainer_base._log_rollout_data``). Read here:
 
-* the trajectory: ``trajectory_column`` when named, else ``request_id``, else the v1 key's ``{uid}_{session}``;
+* the trajectory (the session): ``trajectory_column`` when named, else ``request_id``, else the v1 key's
+  ``{uid}_{session}``; a row that has none of them is a session of its own, named by its file and line
+  (``3.jsonl:17``): verl's own agent loops make one row per sample, ``RayPPOTrainer`` writes ``request_id`` only when
+  the batch has one, and beside a loop that sets it one that does not gets None (``AgentLoopWorker._postprocess``
+  fills an extra field a loop leaves out). Unless some row's prompt continues another's prompt and response
+  (whitespace aside): those are turns of one multi-output session the file does not name, and the file is refused
+  saying which lines and how to name the field;
 * the group: ``group_column`` when named, else the v1 key's ``{uid}``, else a ``uid`` field (a reward-extra), else the
   prompt text of the trajectory's first row (later rows of a multi-turn trajectory carry the history in theirs);
 * the row: the v1 key's index, else the order of the trajectory's rows in the file;
@@ -19,6 +25,7 @@ trainer): ``input`` and ``output`` (decoded text), ``gts``, ``score`` (the row's
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import io
 import os
@@ -51,25 +58,17 @@ def read_verl_step(
         raise BatchFileError(f"{file} is not JSON lines ({exc}): is it verl's rollout dump?") from exc
     if dump is None or dump.empty:
         return tidy(step=step, group=[], trajectory=[], response_tokens=[], reward=[], advantage=[], kept=[])
-    if "score" not in dump.columns:
+    absent = [field for field in ("input", "output", "score") if field not in dump.columns]
+    if absent:
         raise BatchFileError(
-            f"{file} has no 'score' field: verl's rollout dump ({ROLLOUT_DATA_DIR}) writes one "
-            f"per row; this file has {sorted(dump.columns)}"
+            f"{file} has no {' or '.join(map(repr, absent))} field: verl's rollout dump ({ROLLOUT_DATA_DIR}) writes "
+            f"them on every row; this file has {sorted(dump.columns)}"
         )
     for name, column in (("trajectory_column", trajectory_column), ("group_column", group_column)):
         if column is not None and column not in dump.columns:
             raise ValueError(f"{name}={column!r} is not a field of {file}: it has {sorted(dump.columns)}")
     v1 = _v1_keys(dump["uid"]) if "uid" in dump.columns else None
-    if trajectory_column or "request_id" in dump.columns:
-        trajectory = dump[trajectory_column or "request_id"].to_numpy()
-    elif v1 is not None:
-        trajectory = v1[0] + "_" + v1[1]
-    else:
-        raise ValueError(
-            f"{file} says no row's trajectory: it has no request_id (verl writes it when the batch has one) and no "
-            f"uid in verl v1's {{uid}}_{{session}}_{{index}} form; name the field that holds it: "
-            f"read_run(..., trajectory_column=...) or --trajectory-column ({sorted(dump.columns)})"
-        )
+    trajectory, unnamed = _sessions(file, dump, trajectory_column or "request_id", v1)
     if group_column:
         group = dump[group_column].to_numpy()
     elif v1 is not None:
@@ -80,7 +79,7 @@ def read_verl_step(
         group = dump["input"].groupby(pd.Series(trajectory), sort=False).transform("first").to_numpy()
     row = v1[2].astype(np.int64).to_numpy() if v1 is not None and not trajectory_column else None
     steps = dump["step"] if "step" in dump.columns else step
-    return tidy(
+    table = tidy(
         step=steps,
         group=group,
         trajectory=trajectory,
@@ -90,6 +89,48 @@ def read_verl_step(
         advantage=np.full(len(dump), np.nan),
         kept=True,
     )
+    table.attrs["unnamed_rows"] = unnamed
+    return table
+
+
+def _sessions(file: Path, dump: pd.DataFrame, column: str, v1: pd.DataFrame | None) -> tuple[np.ndarray, int]:
+    """(rows,) each row's session (module docstring) and how many rows named none: ``column``'s value, else verl v1's
+    ``{uid}_{session}``, else the row's file and line (``3.jsonl:17``), a session of its own; refused where a row
+    without a named session continues another's prompt and response."""
+    named = dump[column].to_numpy(dtype=object) if column in dump.columns else np.full(len(dump), None, dtype=object)
+    if v1 is not None:
+        named = np.where(pd.isna(named), (v1[0] + "_" + v1[1]).to_numpy(dtype=object), named)
+    unnamed = np.flatnonzero(pd.isna(named))
+    if len(unnamed):
+        named = named.copy()
+        named[unnamed] = [f"{file.name}:{line + 1}" for line in unnamed]
+        turn = _continued(dump["input"].tolist(), dump["output"].tolist(), np.isin(np.arange(len(dump)), unnamed))
+        if turn is not None:
+            rows = "its rows carry" if len(unnamed) == len(dump) else f"{len(unnamed)} of its rows carry"
+            raise BatchFileError(
+                f"{file}: line {turn[1] + 1}'s prompt continues line {turn[0] + 1}'s prompt and response (turns of "
+                f"one multi-output session), but {rows} no session id (no {column}, no uid in verl v1's "
+                "{uid}_{session}_{index} form): dump the batch's request_id (verl writes it when the batch has one) "
+                "or name the field that holds the session (--trajectory-column, read_run(..., trajectory_column=...))"
+            )
+    return named, len(unnamed)
+
+
+def _continued(prompts: list[Any], responses: list[Any], unnamed: np.ndarray) -> tuple[int, int] | None:
+    """A pair ``(i, j)`` where row ``j``'s prompt begins with row ``i``'s prompt and response (whitespace aside: the
+    decoded texts join as the token ids did) and one of the two names no session, or None. Sorted once: the prompts
+    that begin with a text follow it in sorted order, so one bisection per row finds one."""
+    squeezed = ["".join(str(text).split()) for text in prompts]
+    keyed = sorted((text, row) for row, text in enumerate(squeezed))
+    keys = [key for key, _ in keyed]
+    for i, (prompt, response) in enumerate(zip(squeezed, responses, strict=True)):
+        turn = prompt + "".join(str(response or "").split())
+        if len(turn) == len(prompt):
+            continue  # no response: nothing to continue
+        at = bisect.bisect_left(keys, turn)
+        if at < len(keys) and keys[at].startswith(turn) and (unnamed[i] or unnamed[keyed[at][1]]):
+            return i, keyed[at][1]
+    return None
 
 
 def _v1_keys(uid: pd.Series) -> pd.DataFrame | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -31,6 +31,8 @@ import pandas as pd
 from agl_lab.config.diagnostics_settings import DiagnosticsSettings
 from agl_lab.core import weights
 from agl_lab.core.groups import group_rows
+from agl_lab.core.keys import ROLLOUT_LEVEL
+from agl_lab.files.run_sessions import total_sessions
 from agl_lab.lab.grpo_numpy import FAST_ESTIMATORS, grpo_advantages
 from agl_lab.lab.row_diagnostics import COLUMNS, INFLUENCE_COLUMNS, MODE_COLUMNS, RowView
 
@@ -49,12 +51,15 @@ class RunDiagnostics:
 
     steps: pd.DataFrame
     influence_steps: pd.DataFrame  # step + INFLUENCE_COLUMNS
+    sessions: dict = field(default_factory=dict)  # how the rows' sessions were read (run_sessions.total_sessions)
 
     def table(self) -> pd.DataFrame:
-        """The whole run, one line per mode (module docstring); ``attrs["influence"]``, ``attrs["steps"]``."""
+        """The whole run, one line per mode (module docstring); ``attrs["influence"]``, ``attrs["steps"]``,
+        ``attrs["sessions"]``."""
         table = run_table(self.steps)
         table.attrs["influence"] = run_influence(self.influence_steps)
         table.attrs["steps"] = int(self.steps["step"].nunique(dropna=False)) if len(self.steps) else 0
+        table.attrs["sessions"] = self.sessions
         return table
 
 
@@ -63,8 +68,9 @@ def diagnose_steps(
 ) -> RunDiagnostics:
     """Every step of ``frames`` (``(step, rows)`` pairs, as :func:`agl_lab.files.run_readers.iter_run_steps` yields
     them) measured with ``settings`` under ``modes``; one step in memory at a time."""
-    tables, influences = [], []
+    tables, influences, sessions = [], [], []
     for step, rows in frames:
+        sessions.append(rows.attrs.get("sessions"))
         table, influence = step_diagnostics(rows, settings, modes=modes)
         tables.append(table.assign(step=step)[STEP_COLUMNS])
         influences.append(influence.assign(step=step)[["step", *INFLUENCE_COLUMNS]])
@@ -74,7 +80,7 @@ def diagnose_steps(
     )
     steps["step"] = steps["step"].astype("Int64")
     influence["step"] = influence["step"].astype("Int64")
-    return RunDiagnostics(steps, influence)
+    return RunDiagnostics(steps, influence, total_sessions(sessions))
 
 
 def step_diagnostics(
@@ -83,7 +89,7 @@ def step_diagnostics(
     """One step's :data:`COLUMNS` + ``missing`` per mode, and its influence by class (module docstring)."""
     kept = rows[rows["kept"].fillna(True).to_numpy(dtype=bool)]
     if kept["trajectory"].isna().any():  # the proposals' weights and the trajectories count a trajectory's rows
-        raise ValueError(f"the weighting diagnostics needs fields {_what(rows)} lacks: {_FIELDS[_kind(rows)][0]}")
+        raise ValueError(f"the weighting diagnostics needs fields {_what(rows)}: {_FIELDS[_kind(rows)][0]}")
     rollouts = group_rows(kept["trajectory"].to_numpy(), field="trajectory")
     groups = group_rows(kept["group"].to_numpy(), field="group") if kept["group"].notna().all() else None
     tokens = kept["response_tokens"].to_numpy(dtype=np.float64, copy=True)  # writable: torch reads it
@@ -192,19 +198,25 @@ def _advantages(rows, attrs, settings, rollouts, groups, tokens, known_tokens) -
     if len(recorded) and np.isfinite(recorded).all():
         return recorded, False
     if groups is None:  # the estimator compares a group's rewards
-        raise ValueError(f"the weighting diagnostics needs fields {_what(rows)} lacks: {_FIELDS[_kind(rows)][1]}")
+        raise ValueError(f"the weighting diagnostics needs fields {_what(rows)}: {_FIELDS[_kind(rows)][1]}")
     level = rollouts if settings.rollout_level else None
     reward = rows["reward"].to_numpy(dtype=np.float64)
     if settings.adv_estimator in FAST_ESTIMATORS:
-        values = grpo_advantages(
-            reward,
-            groups.codes,
-            rollouts=level,
-            estimator=settings.adv_estimator,
-            norm_adv_by_std_in_grpo=settings.norm_adv_by_std_in_grpo,
-            score_dtype=attrs.get("score_dtype", "float32"),
-            tokens=tokens if known_tokens else None,
-        )
+        try:
+            values = grpo_advantages(
+                reward,
+                groups.codes,
+                rollouts=level,
+                estimator=settings.adv_estimator,
+                norm_adv_by_std_in_grpo=settings.norm_adv_by_std_in_grpo,
+                score_dtype=attrs.get("score_dtype", "float32"),
+                tokens=tokens if known_tokens else None,
+            )
+        except RuntimeError as exc:  # Agent Lightning's own refusal of these rows: the input's, not a bug
+            raise ValueError(
+                f"{attrs.get('path', 'the rows')}: {exc}, as Agent Lightning's trainer would refuse them; measure "
+                f"them at verl's row level ({ROLLOUT_LEVEL}=false) or fix the rows"
+            ) from exc
         return values, False
     from agl_lab.lab.verl_advantage import outcome_advantages  # verl's own estimator (imports verl)
 
@@ -217,4 +229,4 @@ def _kind(rows: pd.DataFrame) -> str:
 
 
 def _what(rows: pd.DataFrame) -> str:
-    return "this batch" if _kind(rows) == "batch" else "these rows"
+    return "this batch lacks" if _kind(rows) == "batch" else "these rows lack"

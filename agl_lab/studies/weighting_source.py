@@ -30,6 +30,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from agl_lab.config.diagnostics_settings import DiagnosticsSettings, base_settings
+from agl_lab.files.outcome_rules import DEFAULT_OUTCOME, check_outcome
 from agl_lab.files.run_readers import iter_run_steps
 from agl_lab.lab.loss_scale import weighing_mode
 from agl_lab.lab.row_diagnostics import INFLUENCE_COLUMNS, MODE_COLUMNS, PREFIX, check_modes
@@ -51,16 +52,21 @@ def weighting_diagnostics(
     trusted: bool = False,
     trajectory_column: str | None = None,
     group_column: str | None = None,
+    outcome: str = DEFAULT_OUTCOME,
 ) -> pd.DataFrame:
     """One line per mode (default: the whole catalogue), or per step and mode with ``by_step`` (module docstring).
 
     ``steps``: which steps of a run (``"1-100"``, a list, a pair: :func:`agl_lab.files.run_readers.parse_steps`);
     ``cfg``: the composed config to measure with (default: base ``short-run``); ``trusted``: unpickle a verl dump;
-    ``trajectory_column``/``group_column``: which field of a verl dump holds a row's trajectory or group. An empty
+    ``trajectory_column``/``group_column``: which field of a verl dump holds a row's trajectory or group;
+    ``outcome``: how a session's outcome is read from rows whose scores differ, in a run or a batch file
+    (:data:`~agl_lab.files.outcome_rules.OUTCOMES`; a ``DataProto`` is measured as given, as the trainer would take
+    it, and an agl_lab run as it trained). An empty
     or unknown ``modes`` is a ValueError naming it; a path that is none of the sources a :class:`BatchFileError`
     (FileNotFoundError when nothing is there); rows lacking a field a ValueError naming it.
     """
     modes = check_modes(modes)
+    check_outcome(outcome)
     if _is_data_proto(source):
         return _batch(source, modes=modes, by_step=by_step, cfg=cfg)
     run = diagnose_run(
@@ -71,11 +77,13 @@ def weighting_diagnostics(
         trusted=trusted,
         trajectory_column=trajectory_column,
         group_column=group_column,
+        outcome=outcome,
     )
     if not by_step:
         return run.table()
     table = run.steps.copy()
     table.attrs["influence"] = run.influence_steps
+    table.attrs["sessions"] = run.sessions
     return table
 
 
@@ -88,17 +96,24 @@ def diagnose_run(
     trusted: bool = False,
     trajectory_column: str | None = None,
     group_column: str | None = None,
+    outcome: str = DEFAULT_OUTCOME,
 ) -> RunDiagnostics:
     """Every step of the run (or batch file) at ``source``, read one at a time and measured under ``modes``; an
     agl_lab run directory from its logged diagnostics (``cfg`` does not apply: it was measured as it trained)."""
     modes = check_modes(modes)
+    check_outcome(outcome)
     if is_lab_run(source):
         if cfg is not None:
             raise ValueError("cfg configures how rows are measured; an agl_lab run was measured as it trained")
         return _lab_run(Path(source), modes=modes, steps=steps)
     settings = DiagnosticsSettings.from_config(cfg) if cfg is not None else base_settings(BATCH_BASE)
     frames = iter_run_steps(
-        source, steps=steps, trajectory_column=trajectory_column, group_column=group_column, trusted=trusted
+        source,
+        steps=steps,
+        trajectory_column=trajectory_column,
+        group_column=group_column,
+        trusted=trusted,
+        outcome=outcome,
     )
     return diagnose_steps(frames, settings, modes=modes)
 
