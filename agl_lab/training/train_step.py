@@ -83,7 +83,8 @@ class RunState:
         ``progress``: a bar of the step's rollouts, then its phases."""
         timing: dict[str, float] = {}
         rollouts = int(self.cfg.data.train_batch_size) * self.sampling.n
-        with tqdm(total=rollouts, desc=f"step {step}: rollouts", leave=False, disable=not progress) as bar:
+        # shown once a step takes longer than 2 s (a pretrained model's), so fast steps print nothing extra
+        with tqdm(total=rollouts, desc=f"step {step}: rollouts", leave=False, delay=2.0, disable=not progress) as bar:
             with _timed(timing, "step"):
                 metrics, tokens, transcript = self._step(step, timing, stop_event=stop_event, bar=bar)
         # the verl backend's memory and MFU figures vary from run to run: timings, never metrics.jsonl
