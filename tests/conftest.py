@@ -245,9 +245,9 @@ def lines_in(path) -> int:
 # the files that take longest, so that no worker is left with a long one alone at the end. Serially neither applies.
 SHARED_SERVER = {"test_browser.py": "jupyterlab", "test_sweep_cluster.py": "ray"}
 GROUPS_FIRST = ("jupyterlab", "ray")
-LONGEST_FIRST = (  # worker-seconds, 2026-12-03: 223, 166, 154, 96, 69, 68, 59
+LONGEST_FIRST = (  # worker-seconds, 2026-12-03: 223, 166, 154, 96, 69, 68, 59; 2026-12-06: real model 55, install 67
     "test_notebooks.py", "test_faults_signals.py", "test_sweep.py", "test_cli.py", "test_oracle_loss.py",
-    "test_oracle_trainer.py", "test_process_state.py",
+    "test_install.py", "test_real_model.py", "test_oracle_trainer.py", "test_process_state.py",
 )  # fmt: skip
 
 

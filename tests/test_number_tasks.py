@@ -1,0 +1,77 @@
+"""retry_arith and guess_number: their questions, how an answer is read, what the environment answers, the rewrites,
+and the items a seed draws."""
+
+import pytest
+
+from agl_lab.config.compose import ConfigError
+from agl_lab.training.number_tasks import GuessNumberTask, RetryArithTask, last_number
+from agl_lab.training.tasks import make_task
+
+
+def play(task, item, answers):
+    episode = task.start(item, step=0, index=0)
+    turns = []
+    for answer in answers:
+        turns.append(episode.respond(answer))
+        if turns[-1].done:
+            break
+    return episode, turns
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [("7 + 5 = 12.", "12"), ("The answer is 12", "12"), ("-3", "-3"), ("007", "7"), ("twelve", None), ("", None),
+     ("5 and 6, so 11!", "11")],
+)  # fmt: skip
+def test_the_last_whole_number_is_the_answer(text, number):
+    assert last_number(text) == number
+
+
+def test_retry_arith_asks_a_plus_b_and_says_try_again_until_right_or_out_of_turns():
+    task = RetryArithTask(10, max_turns=3, rewrite_prob=0.0, seed=0)
+    episode, turns = play(task, 34, ["3 + 4 = 8", "I think it is seven", "7"])  # item 34: 3 + 4
+    assert episode.prompt == "What is 3 + 4? Give your final answer as a single number."
+    assert [t.observation for t in turns] == [
+        "Incorrect, try again. Give your final answer as a single number.",
+        "I could not find a number in your answer. Give your final answer as a single number.",
+        None,
+    ]
+    assert episode.success and episode.done and episode.guesses == ["8", "none", "7"]
+    failed, turns = play(task, 34, ["1", "2", "3", "4"])
+    assert not failed.success and failed.turns == 3 and turns[-1].done  # the 4th answer is never asked for
+
+
+def test_guess_number_answers_higher_or_lower_and_a_rewrite_sums_up_the_guesses():
+    task = GuessNumberTask(10, max_turns=4, rewrite_prob=0.0, seed=0)
+    episode, turns = play(task, 6, ["5", "My guess is 9", "7"])  # item 6: the secret 7
+    assert "from 1 to 10" in episode.prompt
+    assert [t.observation for t in turns[:2]] == [
+        "Higher. Guess again. Reply with a single number.",
+        "Lower. Guess again. Reply with a single number.",
+    ]
+    assert episode.success and episode.turns == 3
+    rewriting = GuessNumberTask(10, max_turns=4, rewrite_prob=1.0, seed=0)
+    episode, turns = play(rewriting, 6, ["5", "9", "7"])
+    assert turns[0].observation is None and "(5: higher)" in turns[0].rewrite
+    assert "(5: higher; 9: lower)" in turns[1].rewrite and episode.rewrites == 2 and episode.success
+
+
+def test_items_cover_the_questions_and_a_seed_fixes_them():
+    arith = RetryArithTask(4, max_turns=2, rewrite_prob=0.3, seed=5)
+    items = arith.sample_items(step=1, batch_size=16)
+    assert sorted(items) == list(range(16))  # 4 x 4 questions, all distinct while there are enough
+    assert arith.sample_items(step=1, batch_size=16) == items != arith.sample_items(step=2, batch_size=16)
+    assert {arith.start(i, step=1, index=0).a for i in items} == {0, 1, 2, 3}
+    guess = GuessNumberTask(6, max_turns=2, rewrite_prob=0.3, seed=5)
+    secrets = [guess.start(i, step=1, index=0).secret for i in guess.sample_items(step=1, batch_size=6)]
+    assert sorted(secrets) == [1, 2, 3, 4, 5, 6]
+    draws = [guess.start(0, step=1, index=j).rng.random() for j in range(3)]
+    assert len(set(draws)) == 3 and draws == [guess.start(0, step=1, index=j).rng.random() for j in range(3)]
+
+
+@pytest.mark.parametrize("name", ["retry_arith", "guess_number"])
+def test_bad_knobs_are_refused_naming_the_key(name):
+    with pytest.raises(ConfigError, match=r"lab.task_size must be an integer >= 2"):
+        make_task(name, size=1, max_turns=2, rewrite_prob=0.0, seed=0)
+    with pytest.raises(ConfigError, match=r"lab.rewrite_prob must be a probability"):
+        make_task(name, size=5, max_turns=2, rewrite_prob=1.5, seed=0)
