@@ -7,7 +7,8 @@ from agl_lab.config.doctor import diagnose
 from agl_lab.config.settings import DEMO_SETTINGS
 from agl_lab.config.task_rows import fitting_limits, row_limit_problem
 from agl_lab.curves.style import PALETTE
-from agl_lab.ui.training_panel import TrainingPanel, demo_setting_name
+from agl_lab.ui.run_status import demo_setting_name
+from agl_lab.ui.training_panel import TrainingPanel
 from conftest import TINY_RUN
 
 

@@ -79,6 +79,12 @@ def _finish_tokenizer(tokenizer, model, *, where: str):
         )
     if tokenizer.pad_token_id is None:  # many chat models ship without one; padding is masked anyway
         tokenizer.pad_token = tokenizer.eos_token
+    # transformers ignores the clean-up for a BPE tokenizer (it would strip spaces before punctuation) and says so on
+    # every decode; the GGUF conversion asks for it
+    from tokenizers.models import BPE
+
+    if isinstance(getattr(getattr(tokenizer, "backend_tokenizer", None), "model", None), BPE):
+        tokenizer.clean_up_tokenization_spaces = False
     return tokenizer
 
 

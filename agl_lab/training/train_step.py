@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -48,7 +48,7 @@ from agl_lab.training.tasks import task_from_config
 from agl_lab.training.tracking import plain_metrics
 from agl_lab.training.transcripts import step_transcript
 
-__all__ = ["ActorBackend", "RunState"]
+__all__ = ["ActorBackend", "ProgressHook", "RunState", "StepProgress"]
 
 
 class ActorBackend(Protocol):  # LabActor (lab.actor=lab) and VerlActor (lab.actor=verl)
@@ -76,15 +76,20 @@ class RunState:
         self.backend = _backend(cfg, self, total_steps=total_steps)
 
     def step(
-        self, step: int, *, stop_event: StopEvent | None = None, progress: bool = False
+        self,
+        step: int,
+        *,
+        stop_event: StopEvent | None = None,
+        progress: bool = False,
+        on_progress: ProgressHook | None = None,
     ) -> tuple[dict[str, Any], dict[str, float], list[dict[str, Any]]]:
         """One training step; returns its metrics (deterministic), its timings (wall clock) and its transcript.
         ``stop_event`` set while the policy samples raises :class:`agl_lab.training.policy.GenerationStopped`;
-        ``progress``: a bar of the step's rollouts, then its phases."""
+        ``progress``: a bar of the step's rollouts, then its phases; ``on_progress(step, rollouts done, rollouts,
+        phase)``: the same for a caller of its own (the training panel)."""
         timing: dict[str, float] = {}
         rollouts = int(self.cfg.data.train_batch_size) * self.sampling.n
-        # shown once a step takes longer than 2 s (a pretrained model's), so fast steps print nothing extra
-        with tqdm(total=rollouts, desc=f"step {step}: rollouts", leave=False, delay=2.0, disable=not progress) as bar:
+        with StepProgress(step, rollouts, bar=progress, hook=on_progress) as bar:
             with _timed(timing, "step"):
                 metrics, tokens, transcript = self._step(step, timing, stop_event=stop_event, bar=bar)
         # the verl backend's memory and MFU figures vary from run to run: timings, never metrics.jsonl
@@ -99,7 +104,7 @@ class RunState:
             dialogues: list[list[dict[str, str]]] = []
             rollouts, task_metrics = collect_rollouts(
                 self.policy, self.task, step=step, items=items, sampling=self.sampling, generator=generator,
-                stop_event=stop_event, on_done=bar.update, dialogues=dialogues,
+                stop_event=stop_event, on_done=bar.done, dialogues=dialogues,
             )  # fmt: skip
         with _timed(timing, "aggregate"):
             rows, adapter_metrics = aggregate(rollouts, **self.limits, pad_token_id=self.policy.pad_token_id)
@@ -110,7 +115,7 @@ class RunState:
         if len(batch) == 0:  # plan_selection warned (EmptyBatchWarning): Agent Lightning skips the step
             return metrics, 0, step_transcript(rollouts, dialogues, rows, selection, None, level=self.limits["level"])
 
-        bar.set_postfix_str("old log-probs")
+        bar.phase("old log-probs")
         with _timed(timing, "old_log_prob"):
             old_log_probs, entropy = self.backend.compute_log_probs(batch, temperature=temperature, with_entropy=True)
             batch.batch["old_log_probs"] = old_log_probs  # (rows, R)
@@ -129,7 +134,7 @@ class RunState:
             normalize_for_loss(batch, cfg)
             adv_metrics.update(loss_scale_metrics(batch, cfg, layout=layout))
             adv_metrics.update(multi_row_mass(batch, cfg, layout=layout))  # multi-row rollouts' share of the mass
-        bar.set_postfix_str("update")
+        bar.phase("update")
         with _timed(timing, "update_actor"):
             actor_metrics = self.backend.update(batch, temperature=temperature, step=step)
         actor_metrics[keys.PPO_UPDATES] = mini_batches(len(batch), cfg) * int(self.actor.ppo_epochs)
@@ -138,6 +143,39 @@ class RunState:
     def _seed(self, stream: int, step: int) -> int:
         """A seed per (stream, step): each step's randomness is fixed by lab.seed alone, whatever came before."""
         return int(np.random.SeedSequence([self.seed, stream, step]).generate_state(1)[0])
+
+
+ProgressHook = Callable[[int, int, int, str], Any]  # (step, rollouts done, rollouts, phase)
+
+
+class StepProgress:
+    """A step's progress: its rollouts as they finish (phase ``sampling``), then ``old log-probs`` and ``update``;
+    shown as a tqdm bar once the step takes longer than 2 s (a pretrained model's: fast steps print nothing extra),
+    and handed to ``hook``."""
+
+    def __init__(self, step: int, total: int, *, bar: bool, hook: ProgressHook | None) -> None:
+        self.step, self.total, self.count, self.hook = step, total, 0, hook
+        self.bar = tqdm(total=total, desc=f"step {step}: rollouts", leave=False, delay=2.0, disable=not bar)
+        self._report("sampling")
+
+    def done(self, n: int) -> None:
+        self.count += n
+        self.bar.update(n)
+        self._report("sampling")
+
+    def phase(self, name: str) -> None:
+        self.bar.set_postfix_str(name)
+        self._report(name)
+
+    def _report(self, phase: str) -> None:
+        if self.hook is not None:
+            self.hook(self.step, self.count, self.total, phase)
+
+    def __enter__(self) -> StepProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()
 
 
 def _backend(cfg: DictConfig, run: RunState, *, total_steps: int) -> ActorBackend:

@@ -33,7 +33,7 @@ from agl_lab.training.process_state import (
 from agl_lab.training.runs import TRAINED_NOTHING
 from agl_lab.training.session import open_session
 from agl_lab.training.tracking import open_tracker
-from agl_lab.training.train_step import RunState
+from agl_lab.training.train_step import ProgressHook, RunState
 
 __all__ = ["TrainResult", "train", "trained_any"]
 
@@ -57,6 +57,7 @@ def train(
     on_step: Callable[[dict[str, Any]], None] | None = None,
     progress: bool = True,
     composed: bool = False,
+    on_progress: ProgressHook | None = None,
 ) -> TrainResult:
     """Run ``trainer.total_training_steps`` steps; return the history. Files go to the run directory as it runs.
 
@@ -64,14 +65,15 @@ def train(
     stopped while sampling is dropped whole); setting it, Ctrl-C, SIGTERM or SIGHUP ends the run cleanly: finished
     steps are kept, the policy saved, the trackers closed, ``stopped=True``. ``on_step`` gets each step's
     metrics.jsonl record (``step`` + metrics) once the step is written. ``progress``: tqdm bars of the steps and, within
-    a step, of its rollouts.
+    a step, of its rollouts; ``on_progress(step, rollouts done, rollouts, phase)`` is told the same within a step.
     ``composed=True``: ``cfg`` is what composition returned, its keys and types already checked
     (:func:`~agl_lab.training.preflight.check_trainable`). Files and trackers: :mod:`agl_lab.training.session` (nothing
     half-made if the run fails before step 1).
     """
     steps, actor = check_trainable(cfg, composed=composed)
     with torch_threads(int(cfg.lab.cpu_threads)), stop_signals():
-        return _train(cfg, steps=steps, actor=actor, stop_event=stop_event, on_step=on_step, progress=progress)
+        return _train(cfg, steps=steps, actor=actor, stop_event=stop_event, on_step=on_step, progress=progress,
+                      on_progress=on_progress)  # fmt: skip
 
 
 def _train(
@@ -82,6 +84,7 @@ def _train(
     stop_event: StopEvent | None,
     on_step: Callable[[dict[str, Any]], None] | None,
     progress: bool,
+    on_progress: ProgressHook | None,
 ) -> TrainResult:
     run = RunState(cfg, actor=actor, total_steps=steps)  # builds the policy: a bad model path fails before any file
     with run.backend:  # closed last: the policy is saved first (the verl backend syncs it after every update)
@@ -99,7 +102,9 @@ def _train(
                     stopped = True
                     break
                 try:
-                    metrics, timing, transcript = run.step(step, stop_event=stop_event, progress=progress)
+                    metrics, timing, transcript = run.step(
+                        step, stop_event=stop_event, progress=progress, on_progress=on_progress
+                    )
                 except GenerationStopped:  # Stop while sampling: this step has no rows to train, and is dropped
                     stopped = True
                     break

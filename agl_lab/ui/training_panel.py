@@ -1,8 +1,12 @@
-"""Short training runs from a notebook (notebook 03): settings, task knobs, Run and Stop, live curves.
+"""Short training runs from a notebook (notebook 03): the model and task, settings, task knobs, Run and Stop, the
+step's progress, live curves and the rollouts' transcripts.
 
-Training runs in a background thread, because a cell that blocks cannot receive a Stop click; the curves
-(:class:`agl_lab.ui.curve_view.CurveView`: plotly, hover and zoom, smoothing, other runs overlaid, copy as command)
-move to new data as steps finish. A run whose three settings are one of the demo's is drawn under that setting's name
+Training runs in a background thread, because a cell that blocks cannot receive a Stop click (which the run takes
+between two sampled tokens); the curves (:class:`agl_lab.ui.curve_view.CurveView`: plotly, hover and zoom,
+smoothing, other runs overlaid, copy as command) move to new data as steps finish, and the transcripts
+(:class:`agl_lab.ui.transcript_view.TranscriptView`) show each finished step's rollouts as text. Choosing a pretrained
+model starts the panel from the short-run preset with the pretrained one (``conf/pretrained.yaml``). A run whose
+three settings are one of the demo's is drawn under that setting's name
 and colour (``both_on`` blue, as in every other figure). The curves' smoothing and overlaid runs are settings of the
 run (``lab.curve_*``) like the others, so its ``config.yaml`` restores the whole panel. Notebook:
 ``notebooks/03_short_training_runs.ipynb``.
@@ -15,7 +19,6 @@ import html
 import threading
 import time
 import warnings
-from pathlib import Path
 from typing import Any
 
 import ipywidgets as w
@@ -23,29 +26,20 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from agl_lab.config.dotlist import format_dotlist
+from agl_lab.config.lab_config import TASKS
+from agl_lab.config.model_source import MODELS
 from agl_lab.config.modes import trainable_modes
-from agl_lab.config.settings import DEMO_SETTINGS
 from agl_lab.config.task_rows import fitting_limits
-from agl_lab.config.tree import leaves
-from agl_lab.core.keys import (
-    MAX_TURNS,
-    N_ROLLOUTS,
-    N_SAMPLE,
-    N_SAMPLE_TRAINED,
-    REWRITE_PROB,
-    SEED,
-    STEPS,
-    SUCCESS_RATE,
-    TASK_SIZE,
-    TRACE_LEVEL,
-)
+from agl_lab.core.keys import MAX_TURNS, MODEL, REWRITE_PROB, SEED, STEPS, TASK, TASK_SIZE, TRACE_LEVEL
 from agl_lab.curves.history import long_form
 from agl_lab.ui.controls import WIDE, control_overrides, settings_controls
 from agl_lab.ui.curve_view import CurveView
 from agl_lab.ui.gc_pauses import freeze_loaded
 from agl_lab.ui.run_command import train_command
+from agl_lab.ui.run_status import demo_setting_name, last_step, links_html, shown_path
+from agl_lab.ui.transcript_view import TranscriptView
 
-__all__ = ["TrainingPanel", "demo_setting_name"]
+__all__ = ["TrainingPanel"]
 
 
 class TrainingPanel:
@@ -77,6 +71,7 @@ class TrainingPanel:
         self.setting = demo_setting_name(self.cfg)  # the name (and colour) the run's figures use
         self._stop_event = threading.Event()
         self._thread: threading.Thread | None = None
+        self._run_dir: str | None = None
         self._last_draw = 0.0
         self.controls = self._controls(self.cfg)
         self.run_button = w.Button(description="Run", button_style="success", icon="play")
@@ -84,7 +79,10 @@ class TrainingPanel:
         self.run_button.on_click(lambda _: self.start())
         self.stop_button.on_click(lambda _: self.stop())
         self.status = w.HTML("Set the settings and press <b>Run</b>.")
+        self.progress = w.IntProgress(value=0, min=0, max=1, description="rollouts", layout=w.Layout(width="420px"))
         self.links = w.HTML()
+        self.transcripts = TranscriptView()
+        self.controls["model"].observe(lambda change: self._start_from(change["new"]), names="value")
         self.curves = CurveView(smoothing=self.cfg.lab.curve_smoothing, overlay=list(self.cfg.lab.curve_overlay),
                                 command=lambda _: train_command(self.config()), on_restore=self.restore)  # fmt: skip
         self.widget = self._layout()
@@ -111,6 +109,8 @@ class TrainingPanel:
         c = self.controls
         values = {
             **control_overrides(c),
+            MODEL: c["model"].value,
+            TASK: c["task"].value,
             TRACE_LEVEL: c["level"].value,
             TASK_SIZE: int(c["task_size"].value),
             MAX_TURNS: int(c["max_turns"].value),
@@ -132,6 +132,17 @@ class TrainingPanel:
             if options is None or control.value in [o[1] if isinstance(o, tuple) else o for o in options]:
                 self.controls[name].value = control.value
 
+    def _start_from(self, model: str) -> None:
+        """Another model: the panel starts from the short-run preset composed for it (a pretrained model's sizes,
+        task and LoRA: conf/pretrained.yaml), its controls set from that; the three settings stay as they are."""
+        from agl_lab.config.compose import short_run_config
+
+        kept = {name: self.controls[name].value for name in ("rollout_level", "mode", "max_ppo_update_times")}
+        self.cfg = short_run_config(dotlist=[f"{MODEL}={model}"])
+        self.restore(self.cfg)
+        for name, value in kept.items():
+            self.controls[name].value = value
+
     def _applied(self, values: dict[str, Any]) -> DictConfig:
         cfg = copy.deepcopy(self.cfg)
         for key, value in values.items():
@@ -152,20 +163,23 @@ class TrainingPanel:
             cfg, settings = self._config_and_settings()
             cfg.lab.run_dir = None
             cfg.lab.run_dir = str(create_run_dir(cfg))  # chosen now, so the panel can show it from the first step
+            self._run_dir = cfg.lab.run_dir
         except BaseException:
             self.run_button.disabled, self.stop_button.disabled = False, True
             raise
         self.setting = demo_setting_name(cfg)
         self.result, self.error, self.history = None, None, pd.DataFrame()
-        self.links.value = f"Run directory: <code>{html.escape(_shown(cfg.lab.run_dir))}</code>"
+        self.transcripts.show_steps([])
+        self.links.value = f"Run directory: <code>{html.escape(shown_path(cfg.lab.run_dir))}</code>"
         self.status.value = f"Starting ({html.escape(' '.join(format_dotlist(settings)))}) …"
         self._thread = threading.Thread(target=self._train, args=(cfg,), name="agl-lab-training", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        """Ask the run to stop after its current step (what Stop does)."""
+        """Ask the run to stop (what Stop does): between two sampled tokens (that step is dropped), or after the
+        update that is under way."""
         self._stop_event.set()
-        self.status.value += " — stopping after this step …"
+        self.status.value += " — stopping …"
 
     def wait(self, timeout: float | None = None):
         """Block until the run ends (or ``timeout`` seconds pass); return its result (None if it failed)."""
@@ -183,7 +197,8 @@ class TrainingPanel:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a skipped step or a failed tracker shows in the status instead
-                self.result = train(cfg, stop_event=self._stop_event, on_step=self._on_step, progress=False)
+                self.result = train(cfg, stop_event=self._stop_event, on_step=self._on_step, progress=False,
+                                    on_progress=self._on_progress)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 — shown in the panel; the notebook stays usable
             self.error = f"{type(exc).__name__}: {exc}"
             self.status.value = f"<b style='color:#b00020'>Run failed:</b> {html.escape(self.error)}"
@@ -192,17 +207,24 @@ class TrainingPanel:
             if len(self.history):  # a run stopped before its first step has nothing to draw
                 self._redraw()
             state = "stopped" if self.result.stopped else "finished"
-            self.status.value = f"<b>Run {state}</b> after {len(self.history)} of {steps} steps. " + _last_step(
+            self.status.value = f"<b>Run {state}</b> after {len(self.history)} of {steps} steps. " + last_step(
                 self.history
             )
-            self.links.value = _links_html(self.result)
+            self.links.value = links_html(self.result)
         finally:
             self.run_button.disabled, self.stop_button.disabled = False, True
 
+    def _on_progress(self, step: int, done: int, total: int, phase: str) -> None:
+        self.progress.max, self.progress.value = total, done
+        self.progress.description = f"step {step}"
+        self.progress.bar_style = "" if phase == "sampling" else "info"
+        self.progress.tooltip = f"{done} of {total} rollouts done; {phase}"
+
     def _on_step(self, record: dict[str, Any]) -> None:
+        self.transcripts.load(self._run_dir)
         self.history = pd.concat([self.history, pd.DataFrame([record])], ignore_index=True)
         steps = int(self.controls["steps"].value)
-        self.status.value = f"Step {record['step']} of {steps}. " + _last_step(self.history)
+        self.status.value = f"Step {record['step']} of {steps}. " + last_step(self.history)
         if time.monotonic() - self._last_draw >= self.redraw_s:
             self._redraw()
 
@@ -215,12 +237,21 @@ class TrainingPanel:
         lab = cfg.lab
         return {
             **controls,
+            "model": w.Dropdown(options=MODELS, value=lab.model, description="model", style=WIDE),
+            "task": w.Dropdown(options=TASKS, value=lab.task, description="task", style=WIDE),
             "level": w.ToggleButtons(
                 options=("trajectory", "transition"),
                 value=cfg.agentlightning.trace_aggregator.level,
                 style={"button_width": "90px"},
             ),
-            "task_size": w.BoundedIntText(value=lab.task_size, min=2, max=64, description="locks", style=WIDE),
+            "task_size": w.BoundedIntText(
+                value=lab.task_size,
+                min=2,
+                max=64,
+                description="task size",
+                style=WIDE,
+                tooltip="lock: locks; retry_arith: operands 0 to size - 1; guess_number: secrets 1 to size",
+            ),  # fmt: skip
             "max_turns": w.BoundedIntText(value=lab.max_turns, min=1, max=16, description="max turns", style=WIDE),
             "rewrite_prob": w.FloatSlider(
                 value=lab.rewrite_prob,
@@ -247,46 +278,8 @@ class TrainingPanel:
                 c["ppo_mini_batch_size"],
             ]
         )
-        task = w.VBox([w.HTML("<b>Task</b>"), c["level"], c["task_size"], c["max_turns"], c["rewrite_prob"]])
+        task = w.VBox([w.HTML("<b>Model and task</b>"), c["model"], c["task"], c["level"], c["task_size"],
+                       c["max_turns"], c["rewrite_prob"]])  # fmt: skip
         run = w.VBox([w.HTML("<b>Run</b>"), c["steps"], c["seed"], w.HBox([self.run_button, self.stop_button])])
-        return w.VBox([w.HBox([settings, task, run], layout=w.Layout(gap="24px")), self.status, self.links,
-                       self.curves.widget])  # fmt: skip
-
-
-def _last_step(history: pd.DataFrame) -> str:
-    if not len(history):
-        return ""
-    last = history.iloc[-1]
-    return (
-        f"success {last[SUCCESS_RATE]:.2f}, {int(last[N_SAMPLE])} rows from "
-        f"{int(last[N_ROLLOUTS])} rollouts, {int(last[N_SAMPLE_TRAINED])} trained"
-    )
-
-
-def demo_setting_name(cfg: DictConfig) -> str:
-    """The demo setting (``DEMO_SETTINGS``) whose keys ``cfg`` holds, so the run is drawn in its colour; else
-    ``"this run"``."""
-    for name, items in DEMO_SETTINGS.items():
-        wanted = leaves(OmegaConf.to_container(OmegaConf.from_dotlist(list(items))))
-        if all(OmegaConf.select(cfg, key, default=None) == value for key, value in wanted):
-            return name
-    return "this run"
-
-
-def _shown(path) -> str:
-    """A path as the notebook's reader knows it: relative to the working directory when inside it."""
-    path = Path(path)
-    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
-
-
-def _links_html(result) -> str:
-    """The run directory and where its W&B run is (a link when online, the folder and `wandb sync` when offline)."""
-    parts = [f"Run directory: <code>{html.escape(_shown(result.run_dir))}</code>"]
-    where = result.wandb_run
-    if where and where.startswith("http"):
-        parts.append(f'W&B run: <a href="{html.escape(where)}" target="_blank">{html.escape(where)}</a>')
-    elif where:
-        parts.append(
-            f"W&B run (offline): <code>{html.escape(_shown(where))}</code> — upload with <code>wandb sync</code>"
-        )
-    return "<br>".join(parts)
+        return w.VBox([w.HBox([settings, task, run], layout=w.Layout(gap="24px")), self.status, self.progress,
+                       self.links, self.curves.widget, self.transcripts.widget])  # fmt: skip
