@@ -111,6 +111,7 @@ bench: $(BIN)/.oracle /usr/bin/chromium
 	$(BIN)/python benchmarks/bench_kernel_messages.py
 	$(BIN)/python benchmarks/bench_figure_drawing.py
 	$(BIN)/python benchmarks/bench_trainer.py
+	$(BIN)/python benchmarks/bench_real_model.py
 	$(BIN)/python benchmarks/bench_actor.py
 	$(BIN)/python benchmarks/bench_cli.py
 	$(BIN)/python benchmarks/bench_imports.py

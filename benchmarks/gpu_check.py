@@ -16,6 +16,10 @@ Then one sweep cell per GPU through Ray (``agl_lab.run_sweep``, executor ``ray``
 ``lab.actor=lab``): each cell's Ray task asks for ``num_gpus=1``, so the N GPUs of the machine run N cells at once,
 one each; printed: the sweep's wall time beside the cells' own (all at once: the sweep takes about one cell's time,
 not N), each cell's status, node and wall time. ``--no-ray`` leaves it out.
+Then the real model (``--real-steps``, default 3; 0 leaves it out): the pretrained preset's run
+(``lab.model=smollm2-135m-instruct``, retry_arith, LoRA r16) on the GPU (fp32 weights, bf16 autocast) and the same run
+on this machine's CPU (float32), seconds per step side by side (step 1, the warm-up, left out), with the GPU's peak
+memory and the two runs' success.
 Without a GPU it exits 2 at once, saying so. ``key=value`` items go to every run (e.g. ``lab.model_hidden=256``).
 """
 
@@ -35,6 +39,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=10, help="training steps per backend (default 10)")
     parser.add_argument("--no-ray", action="store_true", help="leave out the sweep of one cell per GPU on Ray")
+    parser.add_argument("--real-steps", type=int, default=3, help="steps of the real model per device (0: none)")
     parser.add_argument("dotlist", nargs="*", help="overrides for every run, e.g. lab.model_hidden=256")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -68,7 +73,30 @@ def main() -> int:
     for key in ("steps_per_s", "trained_tokens_per_s", "old_log_prob_ms", "update_ms"):
         print(f"  {key:<22} {results['verl'][key] / results['lab'][key]:6.2f}x")
     _print_agreement(histories["lab"], histories["verl"])
+    if args.real_steps:
+        _real_model(steps=args.real_steps, dotlist=args.dotlist)
     return 0 if args.no_ray else _sweep_one_cell_per_gpu(steps=args.steps, dotlist=args.dotlist)
+
+
+def _real_model(*, steps: int, dotlist: list[str]) -> None:
+    """The pretrained preset's run on the GPU (bf16 autocast) and on the CPU: seconds per step side by side."""
+    from agl_lab import short_run_config, train
+
+    print(f"\nreal model: lab.model=smollm2-135m-instruct, {steps} steps per device (step 1 left out)")
+    per_step = {}
+    for device in ("cuda", "cpu"):
+        torch.cuda.reset_peak_memory_stats()
+        with tempfile.TemporaryDirectory() as tmp:
+            items = ["lab.model=smollm2-135m-instruct", f"lab.device={device}", "trainer.logger=[]",
+                     f"trainer.total_training_steps={steps}", *dotlist, f"lab.run_dir={tmp}/run"]  # fmt: skip
+            result = train(short_run_config(dotlist=items), progress=False)
+        timings = result.timings.iloc[1:] if len(result.timings) > 1 else result.timings
+        per_step[device] = float(timings["timing_s/step"].mean())
+        success = ", ".join(f"{v:.2f}" for v in result.history["lab/success_rate"])
+        peak = f", peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB" if device == "cuda" else ""
+        print(f"  {device:<5} {per_step[device]:8.2f} s/step (gen {timings['timing_s/gen'].mean():.2f}, update "
+              f"{timings['timing_s/update_actor'].mean():.2f}){peak}; success per step {success}")  # fmt: skip
+    print(f"  the CPU takes {per_step['cpu'] / per_step['cuda']:.1f}x the GPU's time per step")
 
 
 def _sweep_one_cell_per_gpu(*, steps: int, dotlist: list[str]) -> int:

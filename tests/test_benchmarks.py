@@ -139,3 +139,22 @@ def test_the_cpu_accounting_names_each_process_of_a_browser_session_and_counts_i
     assert spent_by_role(before, after)["kernel"] >= after[child.pid][1] - before[child.pid][1]
     gone = {pid: entry for pid, entry in after.items() if pid != child.pid}
     assert spent_by_role(after, gone)["kernel"] == 0.0  # a process that ended between two reads is left out
+
+
+@pytest.mark.xdist_group("real_model")
+def test_the_real_model_benchmark_times_a_step_beside_its_floor():
+    import re
+    import subprocess
+
+    tiny = ["data.train_batch_size=2", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+            "lab.max_turns=2", "data.max_response_length=8"]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "bench_real_model.py", "--steps", "1", *tiny],
+        cwd=Path(__file__).resolve().parents[1] / "benchmarks", capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    (row,) = [line.split() for line in lines if line.split()[:1] == ["2"]]  # step 2: ours and the floor, part by part
+    assert len(row) == 10 and all(float(x) > 0 for x in row[1:])
+    assert re.fullmatch(r"real model: step / floor \d+\.\d\dx over 1 steps \(target <= 1\.5x\); peak memory \d+ MiB",
+                        lines[-1])  # fmt: skip

@@ -148,3 +148,15 @@ def test_scoring_cuts_padding_and_keeps_the_log_probs_of_the_full_width():
     expected = full[0, len(prompt) - 1 : -1].gather(-1, torch.tensor(response)[:, None])[:, 0]
     assert torch.allclose(cut[0, : len(response)], expected, atol=1e-4)
     assert cut[0, len(response) :].eq(0).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the same step under bf16 autocast")
+def test_a_step_of_smollm2_on_cuda_runs_under_bf16_autocast(tmp_path):
+    cfg = agl_lab.short_run_config(dotlist=[*TINY_SMOL, "lab.device=cuda", f"lab.run_dir={tmp_path / 'run'}"])
+    result = agl_lab.train(cfg, progress=False)
+    assert list(result.history["step"]) == [1] and result.history["training/n_sample_trained"].iloc[0] > 0
+    policy = build_policy(cfg, words=[])
+    assert policy.device.type == "cuda" and next(policy.model.parameters()).dtype == torch.float32
+    with policy.autocast():
+        logits = policy.model(input_ids=torch.tensor([[1, 2, 3]], device="cuda")).logits
+    assert logits.dtype == torch.bfloat16  # fp32 weights, bf16 compute: verl's FSDP mixed precision
