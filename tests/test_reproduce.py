@@ -112,7 +112,7 @@ def test_a_pilot_then_one_extension_then_the_report(tmp_path, monkeypatch):
     assert not result.reproduced and result.checks["n_pairs"].tolist() == [3, 3] and result.resumed_runs == 0
     assert set(result.sweep.table.metric) >= {check.metric for e in EXPERIMENTS.values() for check in e.checks}
     report = (out / "report.md").read_text()
-    assert report.startswith("# Reproduction `same`: NOT reproduced\n")
+    assert report.startswith("# Reproduction `same`: NOT reproduced (the tiny policy on the lock task)\n")
     zero = next(line for line in report.splitlines() if line.startswith("| base |"))
     assert zero.count(" | ") == 4 and "largest \\|value\\|" in zero  # one table row: its pipes escaped
     for text in (

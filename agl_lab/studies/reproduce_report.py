@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from agl_lab.curves.figures import plot_bands, save_figure
 from agl_lab.curves.forest import plot_forest
@@ -61,7 +62,7 @@ def write_report(reproduction: Reproduction, out: str | Path) -> dict[str, Path]
 def report_markdown(reproduction: Reproduction, *, figures: list[str] = ()) -> str:
     """The report's text (module docstring); ``figures``: file names to show at its end."""
     experiment, checks, shown = reproduction.experiment, reproduction.checks, reproduction.shown
-    status = "reproduced" if reproduction.reproduced else "NOT reproduced"
+    status = ("reproduced" if reproduction.reproduced else "NOT reproduced") + f" {_played(reproduction)}"
     failed = checks[~checks["passed"].astype(bool)]
     seeds = reproduction.seeds
     lines = [
@@ -71,7 +72,7 @@ def report_markdown(reproduction: Reproduction, *, figures: list[str] = ()) -> s
         "",
         f"**Source.** {experiment.source}",
         "",
-        f"**Verdict.** {status.capitalize()}: "
+        f"**Verdict.** {status[0].upper() + status[1:]}: "
         + (
             f"every one of the {len(checks)} checks passed at {len(seeds)} seeds."
             if reproduction.reproduced
@@ -95,6 +96,18 @@ def report_markdown(reproduction: Reproduction, *, figures: list[str] = ()) -> s
     if pictures:
         lines += ["", "## Figures", "", *(f"![{Path(name).stem}]({name})" for name in pictures)]
     return "\n".join(lines) + "\n"
+
+
+def _played(reproduction: Reproduction) -> str:
+    """Which policy played which task in the runs (their config.yaml): a verdict holds for those, not in general."""
+    played = set()
+    for cell in reproduction.sweep.cells.itertuples():
+        config = Path(cell.run_dir) / "config.yaml"
+        if config.is_file():
+            lab = (yaml.safe_load(config.read_text()) or {}).get("lab", {})
+            model = lab.get("model", "tiny")
+            played.add(f"{'the tiny policy' if model == 'tiny' else model} on the {lab.get('task')} task")
+    return f"({'; '.join(sorted(played))})" if played else ""
 
 
 def _check_line(row: dict) -> str:
