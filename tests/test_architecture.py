@@ -124,6 +124,17 @@ print(heavy, upper)
     assert out.stdout.strip().splitlines()[-1] == "[] []"
 
 
+# The standard library's modules Python 3.12 removed (PEP 594's first batch, PEP 632): Agent Lightning 1.0.2 requires
+# 3.12, and the lab runs on 3.11, where they still import
+REMOVED_IN_PYTHON_312 = {"distutils", "imp", "asynchat", "asyncore", "smtpd"}
+
+
+def test_no_module_imports_what_python_312_removed():
+    files = sorted({*MODULES, *(ROOT / "tests").glob("*.py"), *(ROOT / "benchmarks").glob("*.py")})
+    found = {path: {name.split(".")[0] for name in imported_modules(path)} & REMOVED_IN_PYTHON_312 for path in files}
+    assert {str(path.relative_to(ROOT)): sorted(names) for path, names in found.items() if names} == {}
+
+
 def test_no_module_is_over_300_lines():
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in MODULES}
     assert {path: n for path, n in sizes.items() if n > 300} == {}
