@@ -10,10 +10,14 @@ import importlib
 import inspect
 import json
 import math
+import os
+import pickle
 import random
 import re
+import subprocess
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -31,6 +35,7 @@ from agl_lab.training.recording import ROW, SCHEMA
 # GRPO on two rollouts with rewards 1 and 0: ±(1 − 0.5) / (std + eps), std √0.5; in the scores' bf16 (Agent
 # Lightning's dtype: the estimator computes in it), 0.70703125
 A = float(torch.tensor(0.5 / (math.sqrt(0.5) + 1e-6), dtype=torch.bfloat16))
+TESTS = Path(__file__).parent
 
 
 def config(tmp_path, **overrides):
@@ -44,11 +49,15 @@ def config(tmp_path, **overrides):
     return record_run(cfg, tmp_path / "rec")
 
 
-def recorded_step(cfg, rows, *, step=1):
-    """Agent Lightning's ``_train_step`` on the recording subclass of a bare trainer; returns what the actor got."""
+def recorded_step(cfg, rows, *, step=1, recording=None):
+    """Agent Lightning's ``_train_step`` through ``recording`` (default: the recording subclass of its trainer, the
+    class setup_worker swaps in) on a bare trainer; returns what the actor got. The rollout's ``rows`` and the
+    workers are stood in for between ``recording`` and Agent Lightning's trainer, so the recorder wraps them as it
+    wraps the real ones: the class driven is ``(recording, Bare)``, whose order is recording, Bare, Agent Lightning."""
+    recording = recording or recording_trainer(agl().trainer.AgentLightningRayPPOTrainer)
     seen = types.SimpleNamespace(batch=None)
 
-    class Bare(agl().trainer.AgentLightningRayPPOTrainer):
+    class Bare(recording.__bases__[0]):  # Agent Lightning's trainer
         def _next_train_batch_dict_for_rollout(self):
             return {"dummy": np.zeros(1)}
 
@@ -66,7 +75,10 @@ def recorded_step(cfg, rows, *, step=1):
             seen.batch, seen.advantages = batch, batch.batch["advantages"].clone()
             return DataProto(batch=None, meta_info={"metrics": {}})
 
-    trainer = object.__new__(recording_trainer(Bare))
+    class Driven(recording, Bare):
+        pass
+
+    trainer = object.__new__(Driven)
     trainer.config, trainer.global_steps, trainer.is_async = cfg, step, False
     trainer.use_reference_policy = trainer.use_critic = False
     trainer.checkpoint_manager = types.SimpleNamespace(sleep_replicas=lambda: None, update_weights=lambda step: None)
@@ -171,17 +183,25 @@ def random_batch(seed, score_dtype=torch.bfloat16):
 
 @pytest.mark.parametrize(("seed", "score_dtype"), [(0, torch.bfloat16), (1, torch.bfloat16), (2, torch.float32)])
 def test_parquet_is_the_actor_batch_plus_the_dropped_rows_and_training_is_unchanged(tmp_path, seed, score_dtype):
-    cfg = config(
-        tmp_path, **{"actor_rollout_ref.actor.ppo_mini_batch_size": 4, "agentlightning.max_ppo_update_times": 2}
-    )
+    cfg = config(tmp_path, **CAPPED)
     random.seed(seed)  # Agent Lightning's drops draw from the global random
     seen = recorded_step(cfg, random_batch(seed, score_dtype))
+    assert_recorded_and_trained_as_agent_lightning(cfg, seen, seed, score_dtype)
+
+
+CAPPED = {"actor_rollout_ref.actor.ppo_mini_batch_size": 4, "agentlightning.max_ppo_update_times": 2}
+
+
+def assert_recorded_and_trained_as_agent_lightning(cfg, seen, seed, score_dtype=torch.bfloat16):
+    """``seen``, a recorded step on ``random_batch(seed, score_dtype)`` after ``random.seed(seed)``: the actor got what
+    Agent Lightning's own trainer gives it on the same rows and draw, with the same metrics, and the step's Parquet is
+    that batch plus the rows the cap dropped."""
     random.seed(seed)
     plain = agl_train_step(cfg, random_batch(seed, score_dtype))  # Agent Lightning's trainer itself, the same draw
     assert_same_batch(seen.batch, plain.batch)  # the recorder changes nothing the actor gets
     assert {k: v for k, v in seen.metrics.items() if k in plain.metrics} == plain.metrics
 
-    frame = pd.read_parquet(tmp_path / "rec" / "1.parquet")
+    frame = pd.read_parquet(Path(cfg.agl_lab.record_dir) / "1.parquet")
     rows = random_batch(seed, score_dtype)
     assert frame["row"].tolist() == list(range(len(rows)))
     assert frame.loc[frame.kept, "row"].tolist() == sorted(seen.batch.non_tensor_batch["row"].tolist())
@@ -203,6 +223,50 @@ def test_parquet_is_the_actor_batch_plus_the_dropped_rows_and_training_is_unchan
     assert len(dropped) == len(rows) - len(kept) and dropped["advantage"].isna().all()
     assert seen.metrics["training/trajectory/stored_rows"] == len(kept)
     assert seen.metrics["training/trajectory/logical_sessions"] == kept["trajectory"].nunique()
+
+
+RAY_SEED = 3
+
+
+class OneStepRunner:
+    """Stands in for ``run_ppo``'s Ray actor (``_AglTaskRunner``), whose set-up of verl's workers needs a model and
+    GPUs: in its Ray worker it imports Agent Lightning's trainer class as that actor does, drives one training step of
+    it on ``random_batch(RAY_SEED)`` (:func:`recorded_step`) and leaves what it saw beside the record folder."""
+
+    def run(self, config, train_dataset, val_dataset):
+        from agentlightning.verl.trainer import AgentLightningRayPPOTrainer  # where run_ppo's actor imports it
+
+        assert AgentLightningRayPPOTrainer.__name__ == "RecordingTrainer", "setup_worker did not swap the recorder in"
+        random.seed(RAY_SEED)
+        seen = recorded_step(config, random_batch(RAY_SEED), recording=AgentLightningRayPPOTrainer)
+        seen.pid = os.getpid()
+        (Path(config.agl_lab.record_dir).parent / "worker.pkl").write_bytes(pickle.dumps(seen))
+
+
+@pytest.mark.ray
+def test_run_ppo_on_ray_records_through_the_worker_hook_and_trains_as_agent_lightning(tmp_path, monkeypatch):
+    # Agent Lightning's run_ppo starts a one-CPU Ray with the runtime_env record_run set (its setup hook); its actor
+    # (OneStepRunner here) imports the trainer in a Ray worker, where setup_worker has swapped the recorder in
+    import ray
+    from agentlightning.verl import entrypoint
+
+    assert not ray.is_initialized()
+    ray_init = {"ray_kwargs.ray_init.num_cpus": 1, "ray_kwargs.ray_init.include_dashboard": False}
+    cfg = config(tmp_path, **CAPPED, **ray_init)
+    monkeypatch.setattr(entrypoint, "_AglTaskRunner", ray.remote(num_cpus=1)(OneStepRunner))
+    # Ray's workers inherit the driver's environment: they find this module (OneStepRunner's) through it
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+    try:
+        entrypoint.run_ppo(cfg, train_dataset=[{"prompt": "p"}], val_dataset=[{"prompt": "p"}])
+        hook = ray.get_runtime_context().runtime_env.get("worker_process_setup_hook")
+    finally:
+        ray.shutdown()
+    assert hook == SETUP_HOOK
+    seen = pickle.loads((tmp_path / "worker.pkl").read_bytes())
+    assert seen.pid != os.getpid()  # the step ran in Ray's worker
+    assert_recorded_and_trained_as_agent_lightning(cfg, seen, RAY_SEED)
+    info = json.loads((tmp_path / "rec" / "recording.json").read_text())
+    assert info["versions"]["agentlightning"] == "1.0.2" and "AgentLightningRayPPOTrainer" in info["producer"]
 
 
 def test_the_metrics_logged_to_wandb_offline_read_back_with_the_lab_readers(tmp_path, monkeypatch):
@@ -299,6 +363,45 @@ def test_record_run_sets_the_folder_and_the_worker_hook_and_refuses_what_would_n
     entrypoint = inspect.getsource(importlib.import_module("agentlightning.verl.entrypoint"))
     assert re.search(r'runtime_env\.setdefault\(\s*"worker_process_setup_hook"', entrypoint)
     assert "from agentlightning.verl.trainer import AgentLightningRayPPOTrainer" in entrypoint
+
+
+# The lab's UI, notebook and statistics stack (the agl_lab[lab] extra) and its Ray start: a user's Agent Lightning
+# environment, where the recorder runs, has none of them
+LAB_ONLY = (
+    "jupyterlab", "jupyter_server", "IPython", "ipykernel", "ipywidgets", "plotly", "anywidget", "matplotlib",
+    "scipy", "statsmodels", "rliable", "wandb", "agl_lab.studies.ray_start",
+)  # fmt: skip
+# In a fresh process: record_run's import (a training script's), then what a Ray worker of a recorded run does: Agent
+# Lightning's modules (its own setup hook's and its trainer's), setup_worker, one recorded step. Printed: the LAB_ONLY
+# modules loaded after record_run's import, then those the recorder's worker set-up and step added to Agent
+# Lightning's.
+FRESH_WORKER = """
+import sys
+from pathlib import Path
+LAB_ONLY = {lab_only!r}
+def loaded():  # by their names in LAB_ONLY
+    names = {{m if m in LAB_ONLY else m.split(".")[0] for m in sys.modules}}
+    return names & set(LAB_ONLY)
+from agl_lab.training.agl_recorder import record_run, setup_worker
+print(sorted(loaded()))
+import agentlightning.verl.per_rollout_loss, agentlightning.verl.trainer
+before = loaded()  # Agent Lightning's trainer loads scipy (transformers does, when it is installed)
+setup_worker()
+sys.path.insert(0, {tests!r})
+import test_agl_recorder as t  # the set-up of the bare trainer; it imports nothing of LAB_ONLY itself
+cfg = t.config(Path(sys.argv[1]), **{{"actor_rollout_ref.actor.ppo_mini_batch_size": 7}})
+t.recorded_step(cfg, t.hand_batch(), recording=sys.modules["agentlightning.verl.trainer"].AgentLightningRayPPOTrainer)
+print(sorted(loaded() - before))
+"""
+
+
+def test_the_recorder_and_a_recorded_step_load_nothing_of_the_lab_extra(tmp_path):
+    script = FRESH_WORKER.format(lab_only=LAB_ONLY, tests=str(TESTS))
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines()[0] == "[]"  # record_run's import
+    assert out.stdout.splitlines()[-1] == "[]"  # setup_worker and the step, beyond Agent Lightning's own modules
+    assert (tmp_path / "rec" / "1.parquet").exists() and (tmp_path / "rec" / "recording.json").exists()
 
 
 def test_setup_worker_swaps_the_recorder_in_when_a_worker_imports_agent_lightnings_trainer(monkeypatch):

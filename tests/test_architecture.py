@@ -29,20 +29,71 @@ ALLOWED = {
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
 
 
-def imported_subpackages(path: Path) -> set[str]:
-    """The agl_lab subpackages a module imports (at any depth of the file, lazy imports included)."""
+def imported_modules(path: Path) -> set[str]:
+    """The modules a module imports, at any depth of the file (lazy imports included): ``import a.b`` names ``a.b``,
+    ``from a.b import c`` names ``a.b`` and ``a.b.c`` (which may be a module), ``importlib.import_module("a.b")``
+    (a literal) names ``a.b``."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        names = []
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
         elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "agl_lab" and len(parts) > 1 and parts[1] in ALLOWED:
-                found.add(parts[1])
+            found |= {a.name for a in node.names}
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            found.add(node.args[0].value)
     return found
+
+
+def imported_subpackages(path: Path) -> set[str]:
+    """The agl_lab subpackages a module imports (at any depth of the file, lazy imports included)."""
+    parts = (name.split(".") for name in imported_modules(path))
+    return {p[1] for p in parts if p[0] == "agl_lab" and len(p) > 1 and p[1] in ALLOWED}
+
+
+def module_file(name: str) -> Path | None:
+    """The file of agl_lab's module ``name`` (None: not one of agl_lab's modules)."""
+    path = ROOT.joinpath(*name.split("."))
+    return next((p for p in (path.with_suffix(".py"), path / "__init__.py") if p.is_file()), None)
+
+
+def loaded_with(name: str) -> tuple[set[str], set[str]]:
+    """What importing agl_lab's module ``name`` can load, every function of it run: agl_lab's modules (its packages'
+    ``__init__`` included) and the top-level packages outside agl_lab that they import."""
+    modules, outside, todo = set(), set(), [name]
+    while todo:
+        parts = todo.pop().split(".")
+        if parts[0] != "agl_lab":
+            outside.add(parts[0])
+            continue
+        for depth in range(1, len(parts) + 1):  # a module's packages are imported before it
+            prefix = ".".join(parts[:depth])
+            path = module_file(prefix)
+            if path is None:  # a name a module defines (from agl_lab.core.keys import DIVISOR)
+                break
+            if prefix not in modules:
+                modules.add(prefix)
+                todo.extend(imported_modules(path))
+    return modules, outside - set(sys.stdlib_module_names)
+
+
+# What agl_lab's recorder of Agent Lightning runs (agl_lab.training.agl_recorder) may import, every function of it run:
+# packages of agl_lab's base install (tensordict comes with verl), which a user's Agent Lightning environment has;
+# nothing of the lab's UI, notebook and statistics stack (the agl_lab[lab] extra), curves, studies or panels.
+RECORDER_IMPORTS = {"numpy", "omegaconf", "packaging", "pandas", "pyarrow", "tensordict", "torch", "verl", "wrapt"}
+
+
+def test_the_recorder_imports_only_what_the_base_install_has():
+    modules, outside = loaded_with("agl_lab.training.agl_recorder")
+    assert "agl_lab.training.recording" in modules and "agl_lab.core.update_cap" in modules  # its step's, lazy
+    assert outside <= RECORDER_IMPORTS, f"the recorder's modules import {sorted(outside - RECORDER_IMPORTS)}"
+    above = {m for m in modules if m.split(".")[1:2] in (["curves"], ["studies"], ["ui"], ["cli"])}
+    assert above == set(), f"the recorder's modules import {sorted(above)}"
 
 
 @pytest.mark.parametrize("path", [p for p in MODULES if p.parent != PACKAGE], ids=lambda p: str(p.relative_to(PACKAGE)))
@@ -71,6 +122,17 @@ print(heavy, upper)
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[] []"
+
+
+# The standard library's modules Python 3.12 removed (PEP 594's first batch, PEP 632): Agent Lightning 1.0.2 requires
+# 3.12, and the lab runs on 3.11, where they still import
+REMOVED_IN_PYTHON_312 = {"distutils", "imp", "asynchat", "asyncore", "smtpd"}
+
+
+def test_no_module_imports_what_python_312_removed():
+    files = sorted({*MODULES, *(ROOT / "tests").glob("*.py"), *(ROOT / "benchmarks").glob("*.py")})
+    found = {path: {name.split(".")[0] for name in imported_modules(path)} & REMOVED_IN_PYTHON_312 for path in files}
+    assert {str(path.relative_to(ROOT)): sorted(names) for path, names in found.items() if names} == {}
 
 
 def test_no_module_is_over_300_lines():
