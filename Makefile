@@ -1,7 +1,7 @@
 # Two commands set up and use agl_lab on a fresh machine; both create or refresh .venv/ first:
 #   make demo   the main job on the embedded default (CPU, no downloads): three short runs side by side
 #   make test   the whole test suite, notebooks and browser tests included (what .ci/run calls)
-# Either takes VERL=0.8.0 (below); CI also runs `make test-core VERL=0.8.0`.
+# Either takes VERL=0.8.0 (below); CI also runs `make test-core VERL=0.8.0` and `make test-py3.12`.
 PYTHON ?= python3
 # The verl the venv gets: 0.9.1 (the default, newest) or 0.8.0 (what Agent Lightning 1.0.x installs: it declares
 # verl>=0.7.1,<0.9.0). Each verl has its own venv, so both live side by side and switching rebuilds nothing: .venv/
@@ -32,7 +32,7 @@ CORE_TESTS := tests/test_oracle_*.py tests/test_data_metrics.py tests/test_advan
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu to fetch the CPU build instead of the CUDA one.
 TORCH_INDEX ?=
 
-.PHONY: check demo test test-core bench lab screenshots readme docs lock
+.PHONY: check demo test test-core test-py3.12 bench lab screenshots readme docs lock
 
 $(BIN)/.installed: pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -103,6 +103,33 @@ test: $(BIN)/.oracle /usr/bin/chromium
 
 test-core: $(BIN)/.oracle
 	AGL_LAB_ORACLE_EXAMPLES=500 $(BIN)/python -m pytest $(CORE_TESTS)
+
+# Python 3.12, what Agent Lightning 1.0.2 requires and what a recorded run's Ray workers run: the recorder's tests (its
+# run through run_ppo on Ray included) and the differential tests on CPython 3.12, with verl 0.8.0 and agl_lab's base
+# install alone (no lab extra), as a user's Agent Lightning environment has them. Debian bookworm has no python3.12
+# (nor bookworm-backports), and PyPI's standalone-CPython installers download from GitHub; this kind of machine has
+# pyenv's 3.12.1 (PYTHON312=/path/to/python3.12 names another; pyenv's path comes first: its shim on PATH fails when
+# run). torch for 3.12 comes from PyPI (the file on this disk is for 3.11): a CUDA build of a few GB, run on the CPU,
+# so the venv lives outside the clone (PY312_VENV), built once per machine (~7 minutes) and refreshed after that.
+PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12.*/bin/python3.12) $(shell command -v python3.12))
+PY312_VENV ?= $(HOME)/.cache/agl_lab/venv-py3.12
+PY312 := $(PY312_VENV)/bin
+PY312_LOCK := constraints/verl-0.8.0.txt
+
+$(PY312)/.installed: pyproject.toml $(PY312_LOCK)
+	@test -n "$(PYTHON312)" || { echo "make test-py3.12: no python3.12 found; set PYTHON312=/path/to/python3.12" >&2; exit 1; }
+	test -x $(PY312)/python || $(PYTHON312) -m venv $(PY312_VENV)
+	$(PY312)/python -m pip install --quiet --upgrade pip
+	$(PY312)/python -m pip install --quiet -c $(PY312_LOCK) torch $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(PY312)/python -m pip install --quiet -c $(PY312_LOCK) -e . "verl==0.8.0" "pytest>=8" "pytest-xdist>=3.5" \
+		"hypothesis>=6"
+	$(PY312)/python -m pip install --quiet -c $(PY312_LOCK) --no-deps agentlightning==1.0.2
+	$(PY312)/python -m pip install --quiet -c $(PY312_LOCK) "httpx-retries>=0.4.0"
+	touch $@
+
+test-py3.12: $(PY312)/.installed
+	AGL_LAB_ORACLE_EXAMPLES=500 $(PY312)/python -m pytest tests/test_agl_recorder.py tests/test_oracle_*.py -n 2 \
+		--dist loadgroup
 
 bench: $(BIN)/.oracle /usr/bin/chromium
 	$(BIN)/python benchmarks/bench_core.py

@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # An Agent Lightning environment's torch is a CUDA build vLLM was made for, its wandb whatever verl pulled: neither is
 # the lock's (constraints/verl-0.9.1.txt: torch 2.13.0, wandb 0.31.0). torch 2.14.1 is a CUDA build.
-OTHER = {"torch": "2.14.1", "wandb": "0.22.3"}
+OTHER = {"torch": "2.14.1", "wandb": "0.28.2"}
 
 
 def locked(name: str) -> str:
