@@ -20,8 +20,8 @@ def play(task, item, answers):
 
 @pytest.mark.parametrize(
     ("text", "number"),
-    [("7 + 5 = 12.", "12"), ("The answer is 12", "12"), ("-3", "-3"), ("007", "7"), ("twelve", None), ("", None),
-     ("5 and 6, so 11!", "11")],
+    [("7 + 5 = 12.", "12"), ("The answer is 12", "12"), ("-3", "-3"), ("007", "7"), ("Twelve.", "12"), ("", None),
+     ("5 and 6, so eleven!", "11"), ("someone threw it", None), ("twenty-one", None), ("no number here", None)],
 )  # fmt: skip
 def test_the_last_whole_number_is_the_answer(text, number):
     assert last_number(text) == number
@@ -29,7 +29,7 @@ def test_the_last_whole_number_is_the_answer(text, number):
 
 def test_retry_arith_asks_a_plus_b_and_says_try_again_until_right_or_out_of_turns():
     task = RetryArithTask(10, max_turns=3, rewrite_prob=0.0, seed=0)
-    episode, turns = play(task, 34, ["3 + 4 = 8", "I think it is seven", "7"])  # item 34: 3 + 4
+    episode, turns = play(task, 34, ["3 + 4 = 8", "I think it is small", "seven"])  # item 34: 3 + 4
     assert episode.prompt == "What is 3 + 4? Give your final answer as a single number."
     assert [t.observation for t in turns] == [
         "Incorrect, try again. Give your final answer as a single number.",

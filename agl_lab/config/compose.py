@@ -101,16 +101,26 @@ def compose_from(
     """``compose_config`` starting from the named base (a key of :data:`BASES`): its overrides, then yours (the file,
     the overrides dict, the dotlist).
 
-    A base with a pretrained preset (``short-run``: ``conf/pretrained.yaml``) puts it between its overrides and yours
-    when the result's ``lab.model`` is a pretrained model: composed twice then, once to learn which model you chose."""
+    A base with a pretrained preset (``short-run``: ``conf/pretrained.yaml``, then ``conf/pretrained_<task>.yaml`` for
+    the task's difficulty) puts it between its overrides and yours when the result's ``lab.model`` is a pretrained
+    model: composed again then, once for each layer, to learn which model and which task you chose."""
     if base not in BASES:
         raise ConfigError(f"unknown base {base!r}: choose one of {', '.join(BASES)}")
-    cfg = _compose(BASES[base].overrides(), overrides, dotlist, config_file)
+    ours = dict(leaves(BASES[base].overrides()))
+    cfg = _compose(ours, overrides, dotlist, config_file)
     preset = BASES[base].pretrained_yaml
     if preset is None or cfg.lab.model == TINY:
         return cfg
-    ours = {**dict(leaves(BASES[base].overrides())), **dict(leaves(OmegaConf.to_container(OmegaConf.load(preset))))}
-    return _compose(ours, overrides, dotlist, config_file)
+    ours = {**ours, **_yaml_leaves(preset)}
+    cfg = _compose(ours, overrides, dotlist, config_file)
+    task_layer = preset.with_name(f"{preset.stem}_{cfg.lab.task}.yaml")
+    if not task_layer.is_file():
+        return cfg
+    return _compose({**ours, **_yaml_leaves(task_layer)}, overrides, dotlist, config_file)
+
+
+def _yaml_leaves(path: PathLike) -> dict[str, Any]:
+    return dict(leaves(OmegaConf.to_container(OmegaConf.load(path))))
 
 
 def _compose(base_overrides: Mapping[str, Any], overrides: Any, dotlist: Any, config_file: Any) -> DictConfig:

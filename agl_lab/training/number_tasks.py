@@ -1,8 +1,9 @@
 """Two multi-turn tasks for a pretrained chat model, answered with a number: ``retry_arith`` and ``guess_number``.
 
 Both say the exact answer format in the prompt ("a single number"), read the **last** whole number of a response as
-its answer (a small chat model tends to write "7 + 5 = 12." or "The answer is 12.": the last number is the one it
-means; a response without one is unreadable and counts as no guess), and reward 1 for the right number, 0 otherwise.
+its answer, in digits or written out up to twenty (a small chat model tends to write "7 + 5 = 12.", "The answer is
+12." or "Seven.": the last number is the one it means; a response without one is unreadable and counts as no guess),
+and reward 1 for the right number, 0 otherwise.
 Turns depend on the outcome (:class:`agl_lab.training.tasks.Episode`): a wrong or unreadable answer gets feedback and
 another turn, up to ``lab.max_turns``.
 
@@ -29,15 +30,23 @@ from agl_lab.training.tasks import NO_GUESS, Episode, check_task_knobs
 
 __all__ = ["ArithEpisode", "GuessEpisode", "GuessNumberTask", "RetryArithTask", "last_number"]
 
-_NUMBER = re.compile(r"-?\d+")
+_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+          "seventeen eighteen nineteen twenty").split()
+# a whole number in digits, or written out from zero to twenty ("Seven."): the last one is the answer
+# ("twenty-one" is no number it can read: neither word counts next to a hyphen)
+_NUMBER = re.compile(r"-?\d+|(?<![\w-])(?:" + "|".join(_WORDS) + r")(?![\w-])", re.IGNORECASE)
 _FORMAT = "Give your final answer as a single number."
 _GUESS_FORMAT = "Reply with a single number."
 
 
 def last_number(text: str) -> str | None:
-    """The last whole number in ``text`` (``"-3"``, ``"12"``), without leading zeros; None when there is none."""
+    """The last whole number in ``text`` (``"-3"``, ``"12"``, ``"seven"`` as ``"7"``), without leading zeros; None when
+    there is none."""
     found = _NUMBER.findall(text)
-    return str(int(found[-1])) if found else None
+    if not found:
+        return None
+    last = found[-1].lower()
+    return str(_WORDS.index(last)) if last in _WORDS else str(int(last))
 
 
 @dataclass
