@@ -20,8 +20,8 @@ from agl_lab.config.secrets import mask_secrets, masked_output
 from agl_lab.training.locks import DirectoryBusyError
 from agl_lab.training.process_state import exit_protected, signal_exit_code, stop_signals, stopped_by, stopped_line
 
-__all__ = ["CLOSED_PIPE", "EXCEPTION_CODES", "EXIT_CODES", "LAB_EXTRA_MODULES", "TrainedNothingError", "exit_code", "help_epilog"]
-__all__ += ["output_closed", "report_errors", "stopped"]
+__all__ = ["CLOSED_PIPE", "EXCEPTION_CODES", "EXIT_CODES", "LAB_EXTRA_MODULES", "TrainedNothingError", "exit_code"]
+__all__ += ["help_epilog", "output_closed", "report_errors", "stopped"]
 
 CLOSED_PIPE = 141  # 128 + SIGPIPE: what a shell reports for `yes | head -1`
 # The modules of pyproject.toml's `lab` extra (the base install records Agent Lightning runs and checks configs without
