@@ -130,3 +130,59 @@ def test_the_curves_settings_are_saved_with_the_run_and_restore_the_panel(traini
     assert (fresh.controls["seed"].value, fresh.controls["max_turns"].value) == (5, 3)
     assert fresh.curves.smoothing.value == 0.8 and "restored the settings" in fresh.curves.note.value
     assert fresh.curves.copy_command() == panel.curves.copy_command()  # the same run, the same command
+
+
+def test_the_panel_shows_the_steps_rollouts_as_they_finish_and_each_steps_transcript(training_panel):
+    panel = training_panel
+    seen = []
+    panel.progress.observe(lambda change: seen.append((panel.progress.description, change["new"])), names="value")
+    panel.run_button.click()
+    result = panel.wait(timeout=120)
+    assert panel.error is None and len(result.history) == 2
+    rollouts = 2 * 4  # TINY_RUN: 2 locks x 4 rollouts
+    assert panel.progress.max == rollouts and ("step 2", rollouts) in seen and ("step 1", rollouts) in seen
+    view = panel.transcripts
+    assert [value for _, value in view.step.options] == [1, 2] and view.step.value == 2  # it follows the run
+    assert len(view.rollout.options) == rollouts
+    first = view.rollout.options[0][1]  # failures first, the most rows first among them
+    record = view.steps[-1]["rollouts"]
+    assert record[first]["reward"] == min(r["reward"] for r in record)
+    assert f"data-rollout='{record[first]['rollout_id']}'" in view.body.value
+    view.step.value = 1  # an earlier step's rollouts
+    assert view.steps[0]["rollouts"][view.rollout.value]["rollout_id"].startswith("s1/")
+
+
+def test_choosing_a_pretrained_model_starts_from_its_preset_and_keeps_the_three_settings(training_panel):
+    panel = training_panel
+    c = panel.controls
+    c["max_ppo_update_times"].value = 2
+    c["model"].value = "smollm2-135m-instruct"
+    assert (c["task"].value, c["task_size"].value, c["max_turns"].value) == ("retry_arith", 10, 3)
+    assert c["steps"].value == 20 and c["max_ppo_update_times"].value == 2
+    cfg = panel.config()
+    assert (cfg.lab.model, cfg.actor_rollout_ref.model.lora_rank, cfg.data.max_response_length) == (
+        "smollm2-135m-instruct", 16, 32)  # fmt: skip
+    c["task"].value = "guess_number"  # the task picker alone: its own difficulty is the user's to set here
+    assert panel.config().lab.task == "guess_number"
+    c["model"].value = "tiny"
+    assert (c["task"].value, panel.config().actor_rollout_ref.model.lora_rank) == ("lock", 0)
+
+
+def test_a_rollouts_transcript_marks_where_a_new_row_starts():
+    from agl_lab.ui.transcript_view import rollout_html
+
+    rollout = {
+        "rollout_id": "s1/p0/r0", "data_id": "s1/p0", "reward": 0.0,
+        "messages": [{"role": "user", "content": "What is 1 + 2?"}, {"role": "assistant", "content": "4"},
+                     {"role": "user", "content": "Incorrect, try again."}, {"role": "assistant", "content": "5 <b>"},
+                     {"role": "user", "content": "What is 1 + 2? (4, 5) were wrong.", "rewrite": True},
+                     {"role": "assistant", "content": "six"}],
+        "calls": [0, 0, 1],
+        "rows": [{"calls": [0, 1], "response_tokens": 9, "fate": "kept", "advantage": -0.5},
+                 {"calls": [2], "response_tokens": 2, "fate": "dropped/random", "advantage": None}],
+    }  # fmt: skip
+    text = rollout_html(rollout)
+    assert text.count("a new row starts here") == 1  # before call 2, after the rewrite
+    assert text.index("rewrote the context") < text.index("a new row starts here") < text.index("call 2 · row 1")
+    assert "5 &lt;b&gt;" in text  # the model's text is escaped
+    assert "<td>dropped/random</td><td>–</td>" in text and "<td>-0.5</td>" in text
