@@ -444,7 +444,35 @@ def check_training_panel(page: Page) -> None:
     wait_idle(page)
     panel = curve_views(page).last  # the training panel's live curves, after its run
     screenshot_view(page, panel, panel.locator(".js-plotly-plot").first, "03_short_training_runs_panel")
+    check_real_model_transcript(page)
     show_panel(page)
+
+
+def check_real_model_transcript(page: Page) -> None:
+    """The pretrained model's run (the notebook's last section) shows its rollouts as text: the environment's
+    question, the model's answers each tagged with its row, the rows' table; a picture of it for the docs."""
+    view = page.locator(f"{PANEL} .jp-OutputArea .widget-vbox").filter(has=page.locator(".transcript")).last
+    view.scroll_into_view_if_needed()
+    transcript = view.locator(".transcript").first
+    text = transcript.inner_text()
+    assert "What is" in text and "call 0 · row 0" in text and "reward" in text, text[:500]
+    assert transcript.locator(".transcript-rows tbody tr").count() >= 1
+    picker = view.locator("select").last  # the rollout picker: another rollout redraws the conversation
+    options = picker.locator("option")
+    if options.count() > 1:
+        before = transcript.get_attribute("data-rollout")
+        picker.select_option(index=1)
+        page.wait_for_function(
+            "([v, id]) => v.querySelector('.transcript').dataset.rollout !== id", arg=[view.element_handle(), before]
+        )
+        picker.select_option(index=0)
+    box = view.bounding_box()
+    save_screenshot(
+        page,
+        "03_real_model_transcript.png",
+        docs=True,
+        clip={"x": box["x"], "y": box["y"], "width": box["width"], "height": min(box["height"], 900)},
+    )
 
 
 def button(page: Page, label: str):

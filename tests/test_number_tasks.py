@@ -44,7 +44,7 @@ def test_retry_arith_asks_a_plus_b_and_says_try_again_until_right_or_out_of_turn
 def test_guess_number_answers_higher_or_lower_and_a_rewrite_sums_up_the_guesses():
     task = GuessNumberTask(10, max_turns=4, rewrite_prob=0.0, seed=0)
     episode, turns = play(task, 6, ["5", "My guess is 9", "7"])  # item 6: the secret 7
-    assert "from 1 to 10" in episode.prompt
+    assert "between 1 and 10" in episode.prompt
     assert [t.observation for t in turns[:2]] == [
         "Higher. Guess again. Reply with a single number.",
         "Lower. Guess again. Reply with a single number.",

@@ -12,35 +12,39 @@ keys to lower, the largest part of the work first. And ``lab.cpu_threads`` beyon
 error: torch would start that many threads on too few cores (every step slower, and under a memory limit the OpenMP
 runtime dies), and a sweep on Ray would wait forever for a node with that many CPUs. The counts are upper bounds of the
 usual kind (fp32 everywhere, every rollout making ``lab.max_turns`` rows padded to the aggregator's limits), not
-measurements: the default short run counts ~1 s per step and takes ~0.1 s.
+measurements: the default short run counts ~0.1 s per step and takes ~0.1-0.2 s; the pretrained preset's
+(``lab.model=smollm2-135m-instruct``) counts ~2 min and takes 1-2 on 2 cores.
 
 What is counted (P = the policy's parameters, S = ``train_batch_size × rollout.n`` episodes sampled together,
-C = the longest row, R = S × ``lab.max_turns`` rows, M = the micro-batch's rows, V = the vocabulary):
+C = the longest row, R = S × ``lab.max_turns`` rows at the transition level and S at the trajectory level (a
+conversation's tokens in its rows once), M = the micro-batch's rows, V = the vocabulary):
 
-* memory: weights, gradients and AdamW's two moments (16 bytes per parameter; +4 for a frozen reference policy),
+* memory: weights, gradients and AdamW's two moments (16 bytes per trained parameter, 4 per frozen one: a LoRA
+  adapter's base; +4 for a frozen reference policy),
   plus the larger of sampling (the KV cache, 2 × layers × S × C × hidden floats, and the first call's logits
   S × C × V) and the update (M × C × (20 × hidden × layers + 3 × V) floats of activations), plus the rows;
-* work: sampling 2·P·S·C, old (and reference) log-probs 2·P·R·C, the update 6·P·R·C per PPO epoch.
+* work: sampling 2·P·S·C, old (and reference) log-probs 2·P·R·C, the update 6·P·R·C per PPO epoch (4·P·R·C with a
+  LoRA adapter: no weight gradients of the frozen base).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig
 
 from agl_lab.config.checks import Finding
+from agl_lab.config.model_source import model_shape, model_source
 from agl_lab.core.aggregation import aggregation_limits
 from agl_lab.core.keys import CPU_THREADS, MODEL_HIDDEN, MODEL_LAYERS, PPO_EPOCHS, ROLLOUT_N, TRAIN_BATCH
 
 __all__ = ["CPU_FLOPS", "GPU_FLOPS", "MAX_STEP_S", "SLOW_STEP_S", "StepEstimate", "available_cores", "estimate_step"]
 __all__ += ["feasibility_findings"]
 
-CPU_FLOPS = 1e10  # fp32 FLOP/s assumed per CPU thread (a laptop core with AVX2 reaches ~1-5e10)
+# fp32 FLOP/s assumed per CPU thread: a laptop core with AVX2 reaches ~1-5e10; SmolLM2-135M's forward and backward ran
+# at ~3e10 per thread on 2 shared AMD EPYC cores (benchmarks/bench_real_model.py), the tiny policy's small ops at less
+CPU_FLOPS = 3e10
 GPU_FLOPS = 5e13  # fp32/tf32 FLOP/s assumed for one CUDA GPU
 SLOW_STEP_S = 60.0  # a step counted slower than this is warned about
 MAX_STEP_S = 3600.0  # a step counted slower than this is refused: a short run of such steps cannot finish
@@ -70,17 +74,25 @@ def estimate_step(cfg: DictConfig) -> StepEstimate:
     episodes = int(cfg.data.train_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
     limits = aggregation_limits(cfg)
     context = int(limits["max_prompt_length"]) + int(limits["max_response_length"])
-    rows = episodes * int(cfg.lab.max_turns)
+    # the transition level makes a row of every call, each with the whole conversation so far as its prompt; the
+    # trajectory level holds a conversation's tokens in its rows once (a rewrite starts a shorter row)
+    trajectory = str(limits["level"]).startswith("trajectory")
+    rows = episodes * (1 if trajectory else int(cfg.lab.max_turns))
     actor = cfg.actor_rollout_ref.actor
     micro = int(actor.ppo_micro_batch_size_per_gpu or actor.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n)
     reference = bool(actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
     floats = 4
-    state = params * (16 + (4 if reference else 0))
+    # a LoRA adapter (verl's lora_rank) on every linear layer: only it has gradients and AdamW's moments, and the
+    # update computes no weight gradients of the frozen base (about 4 P instead of 6 P per token)
+    rank = int(cfg.actor_rollout_ref.model.get("lora_rank", 0) or 0)
+    adapter = rank * layers * (8 * hidden + 3 * (hidden + intermediate))
+    trained = adapter if rank > 0 else params
+    state = params * (4 + (4 if reference else 0)) + trained * 12
     sampling = (2 * layers * episodes * context * hidden + episodes * context * vocab) * floats
     update = micro * context * (20 * hidden * layers + 3 * vocab) * floats
     row_tensors = rows * context * 8 * 8  # ~8 int64/float tensors per row
     epochs = int(actor.ppo_epochs)
-    update_flops = 6 * epochs * params * rows * context
+    update_flops = (4 if rank > 0 else 6) * epochs * params * rows * context
     flops = 2 * params * episodes * context + (2 + 2 * reference) * params * rows * context + update_flops
     device, total = _device(cfg)
     threads = min(int(cfg.lab.cpu_threads) or available_cores(), available_cores())  # more threads add no cores
@@ -141,34 +153,17 @@ def available_cores() -> int:
 
 
 def _model_shape(cfg: DictConfig) -> tuple[int, int, int, int, bool]:
-    """layers, hidden, intermediate, vocabulary, tied embeddings: of the local model the run loads, else the tiny
-    default policy's (its vocabulary is the task's few words)."""
-    config = _local_model_config(cfg)
-    if config is not None:
-        hidden = int(config.get("hidden_size", 0))
-        return (
-            int(config.get("num_hidden_layers", 0)),
-            hidden,
-            int(config.get("intermediate_size", 4 * hidden)),
-            int(config.get("vocab_size", 0)),
-            bool(config.get("tie_word_embeddings", False)),
-        )
+    """layers, hidden, intermediate, vocabulary, tied embeddings: of the model the run loads (a folder's config.json, a
+    GGUF file's header: :func:`agl_lab.config.model_source.model_shape`), else the tiny default policy's (its
+    vocabulary is the task's few words)."""
+    try:
+        shape = model_shape(model_source(cfg))
+    except (OSError, ValueError):
+        shape = None  # loading the model will say what is wrong with it
+    if shape is not None:
+        return shape["layers"], shape["hidden"], shape["intermediate"], shape["vocab"], shape["tied"]
     hidden = int(cfg.lab.model_hidden)
     return int(cfg.lab.model_layers), hidden, 4 * hidden, int(cfg.lab.task_size) + 32, True
-
-
-def _local_model_config(cfg: DictConfig) -> dict[str, Any] | None:
-    for path in (cfg.lab.model_path, cfg.actor_rollout_ref.model.get("path")):
-        if not path:
-            continue
-        file = Path(str(path)).expanduser() / "config.json"
-        if file.is_file():
-            try:
-                config = json.loads(file.read_text())
-            except (OSError, ValueError):
-                return None  # loading the model will say what is wrong with it
-            return config.get("text_config", config) if isinstance(config, dict) else None
-    return None
 
 
 def _device(cfg: DictConfig) -> tuple[str, float]:

@@ -81,10 +81,8 @@ class GuessEpisode(Episode):
 
     @property
     def prompt(self) -> str:
-        return (
-            f"I am thinking of a whole number from 1 to {self.high}. Guess it; after each guess I will say higher "
-            f"or lower. {_GUESS_FORMAT}"
-        )
+        # short and plain: SmolLM2-135M-Instruct gives a readable guess more often to this than to a longer rule
+        return f"Guess my secret number. It is between 1 and {self.high}. Answer with just the number."
 
     def read(self, response: str) -> str | None:
         return last_number(response)
@@ -100,7 +98,7 @@ class GuessEpisode(Episode):
     def summary(self) -> str:
         tried = "; ".join(f"{g}: {self._direction(g).lower()}" for g in self.guesses if g != NO_GUESS) or "none"
         return (
-            f"I am thinking of a whole number from 1 to {self.high}. Your guesses so far ({tried}) were wrong. "
+            f"Guess my secret number. It is between 1 and {self.high}. Your guesses so far ({tried}) were wrong. "
             f"Guess again. {_GUESS_FORMAT}"
         )
 
