@@ -269,3 +269,14 @@ def pytest_collection_modifyitems(config, items):
         return group_rank[group] if group in group_rank else file_rank.get(item.path.name, last)
 
     items.sort(key=rank)  # stable: each file keeps its own order
+
+
+def play(task, item, answers, *, step=0, index=0):
+    """Answer an episode of ``task`` on ``item`` with a fixed list of texts; return the episode and the turns."""
+    episode = task.start(item, step=step, index=index)
+    turns = []
+    for answer in answers:
+        turns.append(episode.respond(answer))
+        if turns[-1].done:
+            break
+    return episode, turns

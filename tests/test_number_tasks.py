@@ -6,16 +6,7 @@ import pytest
 from agl_lab.config.compose import ConfigError
 from agl_lab.training.number_tasks import GuessNumberTask, RetryArithTask, last_number
 from agl_lab.training.tasks import make_task
-
-
-def play(task, item, answers):
-    episode = task.start(item, step=0, index=0)
-    turns = []
-    for answer in answers:
-        turns.append(episode.respond(answer))
-        if turns[-1].done:
-            break
-    return episode, turns
+from conftest import play
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from agl_lab.training.lock_task import LockTask
 from agl_lab.training.policy import build_policy
 from agl_lab.training.rollout import SamplingParams, collect_rollouts
 from agl_lab.training.tasks import make_task
+from conftest import play
 
 
 def lock_task(**kwargs):
@@ -31,17 +32,6 @@ def test_every_task_name_of_the_config_has_a_class(name):
     task = make_task(name, size=5, max_turns=2, rewrite_prob=0.0, seed=0)
     episode = task.start(task.sample_items(step=1, batch_size=1)[0], step=1, index=0)
     assert episode.prompt and not episode.done
-
-
-def play(task, lock, answers, *, step=0, index=0):
-    """Answer an episode with a fixed list of texts; return the episode and the turns."""
-    episode = task.start(lock, step=step, index=index)
-    turns = []
-    for answer in answers:
-        turns.append(episode.respond(answer))
-        if turns[-1].done:
-            break
-    return episode, turns
 
 
 def test_the_right_code_opens_the_lock_at_once():

@@ -30,8 +30,10 @@ from agl_lab.training.tasks import NO_GUESS, Episode, check_task_knobs
 
 __all__ = ["ArithEpisode", "GuessEpisode", "GuessNumberTask", "RetryArithTask", "last_number"]
 
-_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-          "seventeen eighteen nineteen twenty").split()
+_WORDS = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty"
+).split()
 # a whole number in digits, or written out from zero to twenty ("Seven."): the last one is the answer
 # ("twenty-one" is no number it can read: neither word counts next to a hyphen)
 _NUMBER = re.compile(r"-?\d+|(?<![\w-])(?:" + "|".join(_WORDS) + r")(?![\w-])", re.IGNORECASE)

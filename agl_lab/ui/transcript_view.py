@@ -11,7 +11,9 @@ Notebook: ``notebooks/03_short_training_runs.ipynb``.
 
 from __future__ import annotations
 
+import contextlib
 import html
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +55,9 @@ class TranscriptView:
         picked = self.step.value
         self.steps = steps
         numbers = [record["step"] for record in steps]
-        self._quiet = True  # one redraw below, not one per option and value set
-        try:
+        with self._quietly():  # one redraw below, not one per option and value set
             self.step.options = [(f"step {n}", n) for n in numbers]
             self.step.value = numbers[-1] if numbers and (following or picked not in numbers) else picked
-        finally:
-            self._quiet = False
         self._list_rollouts()
 
     def _list_rollouts(self) -> None:
@@ -67,13 +66,19 @@ class TranscriptView:
         record = next((s for s in self.steps if s["step"] == self.step.value), None)
         rollouts = record["rollouts"] if record else []
         order = sorted(range(len(rollouts)), key=lambda k: (rollouts[k]["reward"] or 0.0, -len(rollouts[k]["rows"])))
-        self._quiet = True
-        try:
+        with self._quietly():
             self.rollout.options = [(_label(rollouts[k]), k) for k in order]
             self.rollout.value = order[0] if order else None
+        self._show()
+
+    @contextlib.contextmanager
+    def _quietly(self) -> Iterator[None]:
+        """The pickers' observers wait while their options are replaced."""
+        self._quiet = True
+        try:
+            yield
         finally:
             self._quiet = False
-        self._show()
 
     def _show(self) -> None:
         if self._quiet:
