@@ -453,8 +453,9 @@ def check_real_model_transcript(page: Page) -> None:
     question, the model's answers each tagged with its row, the rows' table; a picture of it for the docs."""
     view = page.locator(f"{PANEL} .jp-OutputArea .widget-vbox").filter(has=page.locator(".transcript")).last
     view.scroll_into_view_if_needed()
+    page.wait_for_timeout(500)  # let JupyterLab's windowed notebook render the cell now in view
     transcript = view.locator(".transcript").first
-    text = transcript.inner_text()
+    text = transcript.text_content()  # the DOM's text: a cell JupyterLab has not painted yet still holds it
     assert "What is" in text and "call 0 · row 0" in text and "reward" in text, text[:500]
     assert transcript.locator(".transcript-rows tbody tr").count() >= 1
     picker = view.locator("select").last  # the rollout picker: another rollout redraws the conversation

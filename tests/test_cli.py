@@ -41,7 +41,8 @@ def test_version_and_help_tell_the_bases_and_the_exit_statuses(capsys):
         assert f"  {base:<10} {BASES[base].label}" in help_text
     assert "[launch]" in help_text and "[check]" in help_text
     assert "[train, demo, sweep, reproduce, weighting]" in help_text
-    assert "exit codes:" in help_text and "    3  launch: exported" in help_text and "  130  stopped" in help_text
+    assert "exit codes:" in help_text and "    3  a package it needs is not installed" in help_text
+    assert "launch: exported" in help_text and "  130  stopped" in help_text
     sweep_help = in_process(capsys, "sweep", "--help")
     assert "--seeds" in sweep_help and "ci95 = mean and 95% t-interval of the mean" in " ".join(sweep_help.split())
     assert "--baseline" in sweep_help

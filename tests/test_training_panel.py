@@ -150,6 +150,9 @@ def test_the_panel_shows_the_steps_rollouts_as_they_finish_and_each_steps_transc
     assert f"data-rollout='{record[first]['rollout_id']}'" in view.body.value
     view.step.value = 1  # an earlier step's rollouts
     assert view.steps[0]["rollouts"][view.rollout.value]["rollout_id"].startswith("s1/")
+    panel.run_button.click()  # a second run in the same panel starts with an empty transcript, then fills it
+    assert panel.wait(timeout=120) is not None and panel.error is None
+    assert [value for _, value in view.step.options] == [1, 2] and view.step.value == 2
 
 
 def test_choosing_a_pretrained_model_starts_from_its_preset_and_keeps_the_three_settings(training_panel):

@@ -37,8 +37,9 @@ class TranscriptView:
     def __init__(self) -> None:
         self.steps: list[dict[str, Any]] = []
         self._quiet = False  # True while the pickers' options are replaced (their observers wait)
-        self.step = w.Dropdown(description="step", options=[], layout=w.Layout(width="140px"))
-        self.rollout = w.Dropdown(description="rollout", options=[], layout=w.Layout(width="460px"))
+        narrow = {"description_width": "52px"}
+        self.step = w.Dropdown(description="step", options=[], layout=w.Layout(width="170px"), style=narrow)
+        self.rollout = w.Dropdown(description="rollout", options=[], layout=w.Layout(width="480px"), style=narrow)
         self.body = w.HTML("<i>No transcript yet: run a step.</i>")
         self.step.observe(lambda _: self._list_rollouts(), names="value")
         self.rollout.observe(lambda _: self._show(), names="value")
@@ -57,7 +58,10 @@ class TranscriptView:
         numbers = [record["step"] for record in steps]
         with self._quietly():  # one redraw below, not one per option and value set
             self.step.options = [(f"step {n}", n) for n in numbers]
-            self.step.value = numbers[-1] if numbers and (following or picked not in numbers) else picked
+            if not numbers:
+                self.step.value = None
+            else:
+                self.step.value = numbers[-1] if following or picked not in numbers else picked
         self._list_rollouts()
 
     def _list_rollouts(self) -> None:
