@@ -37,7 +37,16 @@ from omegaconf import DictConfig
 from agl_lab.config.checks import Finding
 from agl_lab.config.model_source import model_shape, model_source
 from agl_lab.core.aggregation import aggregation_limits
-from agl_lab.core.keys import CPU_THREADS, MODEL_HIDDEN, MODEL_LAYERS, PPO_EPOCHS, ROLLOUT_N, TRAIN_BATCH
+from agl_lab.core.keys import (
+    CPU_THREADS,
+    LORA_RANK,
+    MODEL,
+    MODEL_HIDDEN,
+    MODEL_LAYERS,
+    PPO_EPOCHS,
+    ROLLOUT_N,
+    TRAIN_BATCH,
+)
 
 __all__ = ["CPU_FLOPS", "GPU_FLOPS", "MAX_STEP_S", "SLOW_STEP_S", "StepEstimate", "available_cores", "estimate_step"]
 __all__ += ["feasibility_findings"]
@@ -124,7 +133,8 @@ def feasibility_findings(cfg: DictConfig) -> list[Finding]:
             )
         ]
     estimate = estimate_step(cfg)
-    lower = f"lower {ROLLOUT_N}, {TRAIN_BATCH}, the length limits or the model ({MODEL_HIDDEN}, {MODEL_LAYERS})"
+    lower = f"lower {ROLLOUT_N}, {TRAIN_BATCH}, the length limits or the model ({MODEL}; the tiny one's "
+    lower += f"{MODEL_HIDDEN}, {MODEL_LAYERS}; a LoRA adapter: {LORA_RANK} > 0)"
     if estimate.memory_bytes > estimate.device_memory_bytes:
         return [Finding("error", "config", f"a step would need {estimate.summary()}: it cannot fit in memory", lower)]
     if estimate.update_share > 0.5 and int(cfg.actor_rollout_ref.actor.ppo_epochs) > 1:
