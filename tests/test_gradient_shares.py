@@ -52,4 +52,5 @@ def test_per_sample_gradients_are_each_rows_own():
         mean = (log_probs(batch)[i].double() * mask[i]).sum() / mask[i].sum()
         grads = torch.autograd.grad(mean, params)
         expected = torch.cat([g.reshape(-1).double() for g in grads])
-        torch.testing.assert_close(directions[i], expected, rtol=1e-5, atol=1e-9)
+        # both sides are float32 gradients: equal up to float32 rounding, relative to the gradient's scale
+        torch.testing.assert_close(directions[i], expected, rtol=1e-4, atol=1e-6 * expected.abs().max().item())

@@ -40,6 +40,7 @@ def test_two_runs_racing_into_one_directory_one_wins_the_other_touches_nothing(t
         "policy",
         "status.json",
         "timings.jsonl",
+        "transcripts.jsonl",
     ]
 
 
