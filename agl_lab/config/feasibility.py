@@ -13,7 +13,8 @@ error: torch would start that many threads on too few cores (every step slower, 
 runtime dies), and a sweep on Ray would wait forever for a node with that many CPUs. The counts are upper bounds of the
 usual kind (fp32 everywhere, every rollout making ``lab.max_turns`` rows padded to the aggregator's limits), not
 measurements: the default short run counts ~0.1 s per step and takes ~0.1-0.2 s; the pretrained preset's
-(``lab.model=smollm2-135m-instruct``) counts ~2 min and takes 1-2 on 2 cores.
+(``lab.model=smollm2-135m-instruct``) counts ~2-4 min and takes 0.3-1.4 min on 2 cores (its first steps
+the longest: docs/real-model.md).
 
 What is counted (P = the policy's parameters, S = ``train_batch_size × rollout.n`` episodes sampled together,
 C = the longest row, R = S × ``lab.max_turns`` rows at the transition level and S at the trajectory level (a
