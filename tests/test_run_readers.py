@@ -3,6 +3,7 @@
 batch files, per-step tables; the step selection; streaming one step at a time; and reading without torch or verl."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -238,3 +239,40 @@ def test_a_step_file_holding_another_steps_rows_is_refused(tmp_path):
     agl_lab.read_run(sample_batch_path()).assign(step=3).to_parquet(tmp_path / "tables" / "4.parquet")
     with pytest.raises(BatchFileError, match=r"4\.parquet is step 4 by its name, but 81 of its rows say step \[3\]"):
         agl_lab.read_run(tmp_path / "tables")
+
+
+def test_nan_and_infinite_scores_as_verls_json_dumps_writes_them_and_a_damaged_line_named(tmp_path):
+    from agl_lab.files.verl_dump import read_verl_step
+
+    rows = agent_rows(6)
+    scores = rows.batch["token_level_scores"]
+    scores[0, -1], scores[1, -1] = float("nan"), float("inf")  # json.dumps writes NaN and Infinity, not strict JSON
+    path = write_verl_dump(rows, tmp_path, step=1)
+    text = path.read_text()
+    assert '"score": NaN' in text and '"score": Infinity' in text
+    reward = read_verl_step(path, step=1)["reward"].to_numpy()  # the file as written, before any session's outcome
+    np.testing.assert_array_equal(reward, scores.float().sum(-1).numpy())  # NaN where NaN was written
+    assert np.isnan(reward[0]) and reward[1] == np.inf
+    lines = text.splitlines(keepends=True)
+    for bad, said in (
+        ("[1, 2]\n", "line 2 is list, not an object"),
+        ('{"input": "w1", "outp\n', "line 2: Unterminated string"),
+        (lines[1][:40] + "\n" + lines[1][40:], "line 2: Unterminated string"),  # a line split inside a string
+    ):
+        path.write_text(lines[0] + bad + "".join(lines[2:]))
+        with pytest.raises(BatchFileError, match=re.escape(f"{path} is not JSON lines ({said}")):
+            read_verl_step(path, step=1)
+
+
+def test_a_trajectorys_group_is_its_first_prompt_that_was_written(tmp_path):
+    # a row whose prompt is null or absent: the trajectory's group is its first row's prompt that the file holds
+    lines = [
+        {"input": None, "output": "a", "score": 0.0, "step": 1, "request_id": "r1"},
+        {"input": "p1 a", "output": "b", "score": 0.0, "step": 1, "request_id": "r1"},
+        {"output": "c", "score": 1.0, "step": 1, "request_id": "r2"},
+        {"input": "p0", "output": "d", "score": 1.0, "step": 1, "request_id": "r3"},
+    ]
+    (tmp_path / "1.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    table = agl_lab.read_run(tmp_path)
+    assert table["group"].tolist()[:2] == ["p1 a", "p1 a"] and table["group"].tolist()[3] == "p0"
+    assert pd.isna(table["group"][2])  # a trajectory without any prompt has no group: never guessed

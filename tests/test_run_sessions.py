@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_run_readers import agent_rows
 
 import agl_lab
@@ -181,3 +183,35 @@ def test_a_batch_file_with_the_outcome_on_the_last_row_reads_its_sessions_outcom
     table = agl_lab.weighting_diagnostics(tmp_path / "last")
     pd.testing.assert_frame_equal(table, agreeing, check_like=False)
     assert table.attrs["sessions"]["disagreeing"] > 0 == agreeing.attrs["sessions"]["disagreeing"]
+
+
+def continued_by_whole_texts(prompts, responses, unnamed):
+    """The continuation search squeezing every prompt and response whole: what the reader finds must be this."""
+    import bisect
+
+    squeezed = ["".join(str(text).split()) for text in prompts]
+    keyed = sorted((text, row) for row, text in enumerate(squeezed))
+    keys = [key for key, _ in keyed]
+    for i, (prompt, response) in enumerate(zip(squeezed, responses, strict=True)):
+        turn = prompt + "".join(str(response or "").split())
+        if len(turn) == len(prompt):
+            continue
+        at = bisect.bisect_left(keys, turn)
+        if at < len(keys) and keys[at].startswith(turn) and (unnamed[i] or unnamed[keyed[at][1]]):
+            return i, keyed[at][1]
+    return None
+
+
+TEXT = st.text(alphabet="ab \n\t", max_size=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(TEXT, st.one_of(st.none(), st.just(np.nan), TEXT), st.booleans()), max_size=8))
+def test_a_turn_is_found_as_squeezing_whole_texts_finds_it(rows):
+    # responses squeezed only as far as the longest prompt reaches: the same pair, or none, as squeezing them whole
+    from agl_lab.files.verl_dump import _continued
+
+    prompts = [p for p, _, _ in rows]
+    responses = [r for _, r, _ in rows]
+    unnamed = np.array([u for _, _, u in rows], dtype=bool)
+    assert _continued(prompts, responses, unnamed) == continued_by_whole_texts(prompts, responses, unnamed)

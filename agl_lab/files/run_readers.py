@@ -7,7 +7,7 @@ Sources (:func:`run_source` tells which a path is):
   NaN, every row ``kept``);
 * ``step_tables``: a folder of ``<step>.parquet`` or ``<step>.csv`` files with :data:`RUN_COLUMNS` (an Agent Lightning
   run recorded by the lab; a ``recording.json`` beside them is kept in ``attrs["recording"]``); ``table``: one
-  CSV or Parquet file with those columns (any framework's rows: ``docs/reading_runs.md`` maps slime's, SkyRL's,
+  CSV or Parquet file with those columns (any framework's rows: ``docs/reading-runs.md`` maps slime's, SkyRL's,
   AReaL's and xtuner's);
 * ``lab_batch``: a folder :func:`agl_lab.files.batch_io.save_batch` wrote (read with numpy); ``verl_pickle``: a
   ``DataProto.save_to_disk`` file, unpickled only with ``trusted=True`` (unpickling runs its author's code).
@@ -243,8 +243,9 @@ def _step_files(path: Path, steps: Any, wanted: Callable[[int], bool]) -> list[t
 def _check_step(file: Path, step: int, frame: pd.DataFrame) -> None:
     """Refuse a step file whose rows name another step than its name (verl writes ``{global_steps}.jsonl`` with
     ``step = global_steps`` on every row: a renamed or merged file)."""
-    said = frame["step"].dropna().unique()
-    other = sorted(int(s) for s in said if int(s) != step)
+    if (frame["step"].to_numpy(dtype=np.int64, na_value=step) == step).all():  # a row naming no step names none other
+        return
+    other = sorted(int(s) for s in frame["step"].dropna().unique() if int(s) != step)
     if other:
         raise BatchFileError(
             f"{file} is step {step} by its name, but {int((frame['step'] != step).sum())} of its rows say step "

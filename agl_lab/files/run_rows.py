@@ -136,21 +136,53 @@ def tidy(
     kept: Any,
     row: Any = None,
 ) -> pd.DataFrame:
-    """:data:`RUN_COLUMNS` from per-row values (scalars broadcast; ``row`` counted within ``trajectory`` when None)."""
-    frame = pd.DataFrame({"reward": np.asarray(reward, dtype=np.float64)})
-    n = len(frame)
-    frame.insert(0, "step", pd.array([step] * n if np.ndim(step) == 0 else step, dtype="Int64"))
-    frame.insert(1, "group", _column(group, n))
-    frame.insert(2, "trajectory", _column(trajectory, n))
-    if row is None:
-        known = frame["trajectory"].notna()
-        row = np.full(n, np.nan)
-        row[known.to_numpy()] = frame.loc[known, "trajectory"].groupby(frame.loc[known, "trajectory"]).cumcount()
-    frame.insert(3, "row", pd.array(np.asarray(row, dtype=np.float64), dtype="Int64"))
-    frame.insert(4, "response_tokens", np.asarray(response_tokens, dtype=np.float64))
-    frame["advantage"] = np.asarray(advantage, dtype=np.float64)
-    frame["kept"] = pd.array(kept if np.ndim(kept) else [kept] * n, dtype="boolean")
-    return frame[RUN_COLUMNS]
+    """:data:`RUN_COLUMNS` from per-row values (scalars broadcast; ``row`` counted within ``trajectory`` when None).
+
+    Built in one DataFrame call from whole arrays (a reader calls it once per step: inserting column by column and
+    broadcasting through Python lists cost more than parsing the step's file)."""
+    reward = np.asarray(reward, dtype=np.float64)  # (rows,)
+    n = len(reward)
+    trajectory = _column(trajectory, n)  # (rows,) object
+    return pd.DataFrame(
+        {
+            "step": _int64(step, n),
+            "group": _column(group, n),
+            "trajectory": trajectory,
+            "row": _counted(trajectory) if row is None else pd.array(np.asarray(row, dtype=np.float64), dtype="Int64"),
+            "response_tokens": np.asarray(response_tokens, dtype=np.float64),
+            "reward": reward,
+            "advantage": np.asarray(advantage, dtype=np.float64),
+            "kept": _boolean(kept, n),
+        }
+    )
+
+
+def _int64(values: Any, n: int) -> pd.api.extensions.ExtensionArray:
+    """(rows,) Int64: a Python or numpy integer broadcast without a list, anything else as pandas converts it."""
+    if isinstance(values, int | np.integer) and not isinstance(values, bool | np.bool_):
+        return pd.arrays.IntegerArray(np.full(n, values, dtype=np.int64), np.zeros(n, dtype=bool))
+    return pd.array([values] * n if np.ndim(values) == 0 else values, dtype="Int64")
+
+
+def _counted(trajectory: np.ndarray) -> pd.api.extensions.ExtensionArray:
+    """(rows,) Int64: each row's place among its trajectory's rows in the order held (NA where no trajectory)."""
+    known = ~pd.isna(trajectory)  # (rows,)
+    codes, _ = pd.factorize(trajectory[known])  # (known rows,) ids compare as Python values, as groupby groups them
+    order = np.argsort(codes, kind="stable")  # (known rows,) by trajectory, then as held
+    ranked = codes[order]
+    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])  # (trajectories,) each one's first in `order`
+    place = np.empty(len(codes), dtype=np.int64)
+    place[order] = np.arange(len(codes)) - np.repeat(starts, np.diff(np.r_[starts, len(codes)]))
+    values = np.zeros(len(trajectory), dtype=np.int64)
+    values[known] = place
+    return pd.arrays.IntegerArray(values, ~known)
+
+
+def _boolean(values: Any, n: int) -> pd.api.extensions.ExtensionArray:
+    """(rows,) boolean: a bool broadcast without a list, anything else as pandas converts it."""
+    if isinstance(values, bool | np.bool_):
+        return pd.arrays.BooleanArray(np.full(n, bool(values)), np.zeros(n, dtype=bool))
+    return pd.array(values if np.ndim(values) else [values] * n, dtype="boolean")
 
 
 def _column(values: Any, n: int) -> np.ndarray:

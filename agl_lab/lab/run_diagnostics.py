@@ -67,16 +67,21 @@ def diagnose_steps(
     frames: Iterable[tuple[int | None, pd.DataFrame]], settings: DiagnosticsSettings, *, modes: Sequence[str]
 ) -> RunDiagnostics:
     """Every step of ``frames`` (``(step, rows)`` pairs, as :func:`agl_lab.files.run_readers.iter_run_steps` yields
-    them) measured with ``settings`` under ``modes``; one step in memory at a time."""
-    tables, influences, sessions = [], [], []
+    them) measured with ``settings`` under ``modes``; one step in memory at a time. Each step's numbers are kept as
+    plain lines and arrays and the two tables built once at the end (a DataFrame per step and its copies cost as much
+    as the step's arithmetic)."""
+    lines, influences, sessions = [], [], []
     for step, rows in frames:
         sessions.append(rows.attrs.get("sessions"))
-        table, influence = step_diagnostics(rows, settings, modes=modes)
-        tables.append(table.assign(step=step)[STEP_COLUMNS])
-        influences.append(influence.assign(step=step)[["step", *INFLUENCE_COLUMNS]])
-    steps = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=STEP_COLUMNS)
-    influence = (
-        pd.concat(influences, ignore_index=True) if influences else pd.DataFrame(columns=["step", *INFLUENCE_COLUMNS])
+        step_lines, influence = _measure_step(rows, settings, modes=modes)
+        lines += [{"step": step, **line} for line in step_lines]
+        influences.append({"step": np.full(len(influence["mode"]), step, dtype=object), **influence})
+    steps = pd.DataFrame(lines, columns=STEP_COLUMNS)
+    influence = pd.DataFrame(
+        {
+            key: np.concatenate([part[key] for part in influences]) if influences else np.zeros(0, dtype=object)
+            for key in ["step", *INFLUENCE_COLUMNS]
+        }
     )
     steps["step"] = steps["step"].astype("Int64")
     influence["step"] = influence["step"].astype("Int64")
@@ -87,7 +92,17 @@ def step_diagnostics(
     rows: pd.DataFrame, settings: DiagnosticsSettings, *, modes: Sequence[str]
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One step's :data:`COLUMNS` + ``missing`` per mode, and its influence by class (module docstring)."""
-    kept = rows[rows["kept"].fillna(True).to_numpy(dtype=bool)]
+    lines, influence = _measure_step(rows, settings, modes=modes)
+    return pd.DataFrame(lines, columns=[*COLUMNS, "missing"]), pd.DataFrame(influence)[INFLUENCE_COLUMNS]
+
+
+def _measure_step(
+    rows: pd.DataFrame, settings: DiagnosticsSettings, *, modes: Sequence[str]
+) -> tuple[list[dict], dict[str, np.ndarray]]:
+    """One step's line per mode (:data:`COLUMNS` + ``missing``) and its influence as :data:`INFLUENCE_COLUMNS` arrays
+    (a line per mode and class)."""
+    kept_rows = rows["kept"].fillna(True).to_numpy(dtype=bool)  # (rows,)
+    kept = rows if kept_rows.all() else rows[kept_rows]
     if kept["trajectory"].isna().any():  # the proposals' weights and the trajectories count a trajectory's rows
         raise ValueError(f"the weighting diagnostics needs fields {_what(rows)}: {_FIELDS[_kind(rows)][0]}")
     rollouts = group_rows(kept["trajectory"].to_numpy(), field="trajectory")
@@ -114,16 +129,15 @@ def step_diagnostics(
         missing = [name for name, gone in (("response_tokens", differs), ("advantage", advantage_missing)) if gone]
         lines.append({"mode": mode, **shared, **columns[0], "missing": ",".join(missing)})
         shares.append(share[0])
-    table = pd.DataFrame(lines, columns=[*COLUMNS, "missing"])
     n_classes = len(classes["rollouts"])
-    influence = pd.DataFrame(
-        {
-            "mode": np.repeat(np.asarray(modes, dtype=object), n_classes),
-            **{key: np.tile(np.asarray(value), len(modes)) for key, value in classes.items()},
-            "gradient_share": np.concatenate(shares) if shares else np.zeros(0),
-        }
-    )
-    return table, influence[INFLUENCE_COLUMNS]
+    influence = {
+        "mode": np.repeat(np.asarray(modes, dtype=object), n_classes),  # (modes × classes,)
+        "rows_per_rollout": np.tile(np.asarray(classes["rows_per_rollout"], dtype=object), len(modes)),
+        **{key: np.tile(np.asarray(classes[key]), len(modes)) for key in ("rollouts", "rollout_share")},
+        "gradient_share": np.concatenate(shares) if shares else np.zeros(0),
+        "failure_fraction": np.tile(np.asarray(classes["failure_fraction"]), len(modes)),
+    }
+    return lines, influence
 
 
 def run_table(steps: pd.DataFrame) -> pd.DataFrame:
