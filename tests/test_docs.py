@@ -2,6 +2,7 @@
 builds with ``--strict``, so a broken link or anchor, a page left out of the nav, a snippet of the README that is gone
 or an API page whose module moved fails here (and so in ``make test``, what CI runs) rather than on a reader."""
 
+import ast
 import os
 import re
 import subprocess
@@ -78,3 +79,18 @@ def test_every_subpackage_has_its_api_page_and_every_api_page_a_subpackage():
         assert f"::: agl_lab.{name}\n" in text, name
     nav = (ROOT / "mkdocs.yml").read_text()
     assert all(f"api/{name}.md" in nav for name in packages)
+
+
+def test_the_feasibility_rates_the_config_page_states_are_the_modules():
+    # the page writes `NAME = value` for agl_lab/config/feasibility.py's assumed rates; the module's source is read
+    # (nothing imported) so the docs tests load neither verl nor torch
+    source = (ROOT / "agl_lab" / "config" / "feasibility.py").read_text()
+    module = {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id in ("CPU_FLOPS", "GPU_FLOPS")
+    }  # fmt: skip
+    page = (ROOT / "docs" / "config.md").read_text()
+    stated = {name: float(value) for name, value in re.findall(r"`(CPU_FLOPS|GPU_FLOPS) = ([0-9.e+]+)`", page)}
+    assert set(module) == {"CPU_FLOPS", "GPU_FLOPS"} and stated == module

@@ -129,4 +129,15 @@ def test_the_readme_carries_the_spread_beside_the_table_and_the_command_line_wri
     (tmp_path / "README.md").write_text(f"x\n{START}\n{END}\n{SPREAD_START}\n{SPREAD_END}\n")
     (tmp_path / "spread.json").write_text(json.dumps(spread_file()))
     assert main([str(tmp_path / n) for n in ("summary.md", "README.md", "spread.json")]) == 0
-    assert spread_line(spread_file()) in (tmp_path / "README.md").read_text()
+    assert spread_line(spread_file(), table=demo_like_summary()) in (tmp_path / "README.md").read_text()
+
+
+def test_a_table_that_is_not_the_spreads_first_run_is_said_so_with_the_cells_that_differ():
+    same = "| setting | success_last_20pct | rows_trained_per_step | wall_s |\n|---|---|---|---|\n"
+    same += "| both_on | 0.5 | 64 | 7 |\n"  # spread_file()'s first run (its wall time 5.0)
+    assert spread_line(spread_file(), table=same) == spread_line(spread_file())  # wall time aside, the same numbers
+    other = same.replace("| 0.5 |", "| 0.452 |")
+    line = spread_line(spread_file(), table=other)
+    assert line.startswith("The spread was measured on a demo whose numbers are not this table's (its first run, on")
+    assert "gave both_on success_last_20pct 0.5 where this table has 0.452), so this table's own spread" in line
+    assert "A fresh clone's demo agrees with this table" not in line and "a rerun gave the same numbers" in line

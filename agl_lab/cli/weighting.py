@@ -14,7 +14,7 @@ measured (estimator, mini-batch; base ``short-run``). ``--outcome`` says how a s
 rows' scores differ (:data:`agl_lab.files.outcome_rules.OUTCOMES`; default ``last``), and the output says which rule
 it used and how many sessions it changed. A PATH that is none of these, or a file whose rows cannot be read as
 sessions (a session in two groups, turns of a session the file does not name, a step file holding another step, a
-step in two files, a batch header disagreeing with its tensors): one line, exit 5 (``docs/reading_runs.md``).
+step in two files, a batch header disagreeing with its tensors): one line, exit 5 (``docs/reading-runs.md``).
 """
 
 from __future__ import annotations

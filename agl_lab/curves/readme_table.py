@@ -8,7 +8,9 @@ demo's, its columns are :func:`agl_lab.curves.summary.summarize`'s, and a test r
 The numbers depend on the CPU's kernels: with a third argument, ``data/demo_spread.json``
 (``benchmarks/bench_numbers.py``: the demo under torch's other CPU kernels, 2 threads and a rerun), the line between
 :data:`SPREAD_START` and :data:`SPREAD_END` says which CPU and torch made the table and how far the numbers moved
-(:func:`spread_line`).
+(:func:`spread_line`). The spread file is measured apart from ``make readme``'s demo: when the README's table is not
+the file's first run (the code or the machine changed in between), the line says so and names the cells that differ,
+rather than claim for the table a spread measured on other numbers.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+
+from agl_lab.curves.summary import number  # the summary's own cell format: the spread's first run as the table shows it
 
 __all__ = ["END", "SPREAD_END", "SPREAD_START", "START", "parse_markdown_table", "readme_table", "spread_line",
            "with_spread", "with_table"]  # fmt: skip
@@ -43,13 +47,17 @@ def with_table(readme: str, table: str) -> str:
 
 
 def with_spread(readme: str, spread: dict) -> str:
-    """``readme`` with the text between its spread markers replaced by :func:`spread_line` of ``spread``."""
+    """``readme`` with the text between its spread markers replaced by :func:`spread_line` of ``spread`` and the
+    README's own table."""
     before, _, after = _split(readme, SPREAD_START, SPREAD_END)
-    return f"{before}{SPREAD_START}\n{spread_line(spread)}\n{SPREAD_END}{after}"
+    return f"{before}{SPREAD_START}\n{spread_line(spread, table=readme_table(readme))}\n{SPREAD_END}{after}"
 
 
-def spread_line(spread: dict) -> str:
-    """What made the table and how far its numbers move elsewhere, from ``benchmarks/bench_numbers.py``'s JSON."""
+def spread_line(spread: dict, *, table: str | None = None) -> str:
+    """What made the table and how far its numbers move elsewhere, from ``benchmarks/bench_numbers.py``'s JSON.
+
+    ``table``: the README's table (a summary.md); when its numbers are not the spread file's first run, the line
+    says that the spread was measured on other numbers, and which."""
     for key in ("cpu", "torch", "kernels", "threads", "spread", "runs"):
         if key not in spread:
             raise ValueError(f"the spread file lacks {key!r}: write it with benchmarks/bench_numbers.py")
@@ -60,6 +68,17 @@ def spread_line(spread: dict) -> str:
     said = [", ".join(sorted(kinds)) if cpu == spread["cpu"] else f"on {cpu}: {', '.join(sorted(kinds))}"
             for cpu, kinds in tried.items()]  # fmt: skip
     moved = ", ".join(f"{c} ±{spread['spread'][c]:g}" for c in SPREAD_COLUMNS if c in spread["spread"])
+    differ = [] if table is None else _differing_cells(spread["runs"][0]["table"], parse_markdown_table(table))
+    if differ:
+        theirs = ", ".join(f"{setting} {column} {value}" for setting, column, value, _ in differ)
+        ours = ", ".join(mine for *_, mine in differ)
+        return (
+            f"The spread was measured on a demo whose numbers are not this table's (its first run, on {spread['cpu']} "
+            f"with torch {spread['torch']}, {spread['kernels'].lower()} kernels, {spread['threads']} thread, gave "
+            f"{theirs} where this table has {ours}), so this table's own spread is unmeasured "
+            f"(`benchmarks/bench_numbers.py` measures it). There, runs with {'; '.join(said)} moved the numbers by at "
+            f"most {moved}; {_rerun_words(spread['runs'], past=True)}."
+        )
     return (
         f"Made on {spread['cpu']} with torch {spread['torch']} ({spread['kernels'].lower()} kernels, "
         f"{spread['threads']} thread). Other CPUs: the numbers depend on the CPU and the kernels torch picks for it; "
@@ -68,12 +87,30 @@ def spread_line(spread: dict) -> str:
     )
 
 
-def _rerun_words(runs: list[dict]) -> str:
+def _rerun_words(runs: list[dict], *, past: bool = False) -> str:
     first, rerun = (pd.DataFrame(run["table"]).drop(columns="wall_s", errors="ignore") for run in runs[:2])
-    same = first.equals(rerun)
-    return (
-        "on one machine a rerun gives the same numbers" if same else "reruns on one machine differ too (see the file)"
-    )
+    if first.equals(rerun):
+        return f"on one machine a rerun {'gave' if past else 'gives'} the same numbers"
+    return f"reruns on one machine {'differed' if past else 'differ'} too (see the file)"
+
+
+def _differing_cells(first_run: list[dict], table: pd.DataFrame) -> list[tuple[str, str, str, str]]:
+    """(setting, column, the spread's first run as the table would show it, the table's cell) wherever the two differ
+    (wall time aside: it is the machine's load, not the demo's numbers)."""
+    cells = table.set_index("setting") if "setting" in table else table
+    differ = []
+    for line in first_run:
+        setting = line.get("setting")
+        if setting not in cells.index:
+            differ.append((str(setting), "setting", "a line", "none"))
+            continue
+        for column, value in line.items():
+            if column in ("setting", "wall_s") or column not in cells.columns:
+                continue
+            shown = number(float(value)) if isinstance(value, int | float) else str(value)
+            if shown != cells.at[setting, column]:
+                differ.append((str(setting), column, shown, cells.at[setting, column]))
+    return differ
 
 
 def parse_markdown_table(text: str) -> pd.DataFrame:
