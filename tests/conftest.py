@@ -241,10 +241,12 @@ def lines_in(path) -> int:
 # In parallel (pytest-xdist, ``-n <cores + 1> --dist loadgroup``, what `make test` runs; see the Makefile): tests that
 # share one server (JupyterLab with Chromium) stay on one worker, so it starts once; tests that start a Ray of their
 # own (marked ``ray``, the two-node cluster's file) run one after another on one worker, since two Ray starts at once
-# on 2 busy cores can miss Ray's fixed 30 s start-up window. The two groups, each several minutes, start first, then
-# the files that take longest, so that no worker is left with a long one alone at the end. Serially neither applies.
+# on 2 busy cores can miss Ray's fixed 30 s start-up window; tests that load the pretrained model (marked
+# ``xdist_group("real_model")``) share its module-scoped runs and the dequantized cache on one worker. The groups, each
+# several minutes, start first, then the files that take longest, so that no worker is left with a long one alone at
+# the end. Serially neither applies.
 SHARED_SERVER = {"test_browser.py": "jupyterlab", "test_sweep_cluster.py": "ray"}
-GROUPS_FIRST = ("jupyterlab", "ray")
+GROUPS_FIRST = ("jupyterlab", "ray", "real_model")
 LONGEST_FIRST = (  # worker-seconds, 2026-12-03: 223, 166, 154, 96, 69, 68, 59; 2026-12-06: real model 55, install 67
     "test_notebooks.py", "test_faults_signals.py", "test_sweep.py", "test_cli.py", "test_oracle_loss.py",
     "test_install.py", "test_real_model.py", "test_oracle_trainer.py", "test_process_state.py",
@@ -258,6 +260,8 @@ def pytest_collection_modifyitems(config, items):
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
             groups[item.nodeid] = group
+        elif marked := item.get_closest_marker("xdist_group"):
+            groups[item.nodeid] = marked.args[0] if marked.args else marked.kwargs.get("name")
     if not config.getoption("numprocesses", default=None):
         return  # serially: the files in their usual order
     group_rank = {name: place for place, name in enumerate(GROUPS_FIRST)}

@@ -27,7 +27,7 @@ TERMS = (
 )
 
 
-def batch_and_actor(mode):
+def batch_and_actor(mode, *extra):
     rows = example_rows()
     n = len(rows)
     cfg = short_run_config(
@@ -38,6 +38,7 @@ def batch_and_actor(mode):
             f"actor_rollout_ref.actor.ppo_mini_batch_size={n}",
             "actor_rollout_ref.rollout.n=1",
             f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={n}",
+            *extra,
         ]
     )
     policy = build_policy(cfg, words=["a", "b", "c"])
@@ -89,3 +90,23 @@ def test_a_batch_without_row_weights_keeps_the_terms_unweighted():
     metrics = update_actor(policy, optimizer, batch, actor=actor, mini_batch_rows=len(batch), temperature=1.0, step=0)
     expected = float(agg_loss(entropy, mask, actor.loss_agg_mode, **info))
     assert metrics["actor/entropy_loss"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_under_lora_only_the_adapter_trains_and_the_base_gets_no_gradient():
+    """The frozen base weights have requires_grad False, so autograd never computes their weight gradient (each
+    linear's backward computes dW only for a weight that requires it): the backward is the activations' gradient and
+    the adapter's, and the optimizer holds the adapter alone."""
+    policy, batch, actor, _ = batch_and_actor("per_rollout_mean", "actor_rollout_ref.model.lora_rank=4")
+    named = dict(policy.model.named_parameters())
+    adapter = {name for name, p in named.items() if p.requires_grad}
+    assert adapter and all("lora_" in name for name in adapter)
+    optimizer, _ = build_optimizer_and_scheduler(policy, actor, total_steps=1)
+    optimized = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    assert optimized == {id(named[name]) for name in adapter}
+    before = {name: p.detach().clone() for name, p in named.items()}
+    optimizer.step = lambda *args, **kwargs: None  # keep the gradients to look at (a step would use them)
+    optimizer.zero_grad = lambda *args, **kwargs: None
+    update_actor(policy, optimizer, batch, actor=actor, mini_batch_rows=len(batch), temperature=1.0, step=0)
+    assert [name for name, p in named.items() if p.grad is not None and name not in adapter] == []
+    assert any(named[name].grad is not None and named[name].grad.abs().sum() > 0 for name in adapter)
+    assert all(torch.equal(before[name], p) for name, p in named.items() if name not in adapter)

@@ -158,3 +158,23 @@ def test_the_real_model_benchmark_times_a_step_beside_its_floor():
     assert len(row) == 10 and all(float(x) > 0 for x in row[1:])
     assert re.fullmatch(r"real model: step / floor \d+\.\d\dx over 1 steps \(target <= 1\.5x\); peak memory \d+ MiB",
                         lines[-1])  # fmt: skip
+
+
+@pytest.mark.xdist_group("real_model")
+def test_the_roofline_benchmark_prints_the_floor_part_by_part_and_each_variant_beside_it():
+    import subprocess
+
+    tiny = ["data.train_batch_size=1", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+            "lab.max_turns=2", "data.max_response_length=4"]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "bench_real_model_roofline.py", "--variants", "before,reuse", *tiny],
+        cwd=Path(__file__).resolve().parents[1] / "benchmarks", capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    parts = [line.split()[0] for line in lines if line.startswith("  ") and line.split()[0] != "part"]
+    assert parts[:3] == ["prefill", "decode", "old"] and "optimizer" in parts
+    rows = {line.split()[0]: line.split() for line in lines if line.split()[:1] in (["before"], ["reuse"])}
+    assert set(rows) == {"before", "reuse"}
+    for row in rows.values():  # gen, old lp, update, step, cpu s, GFLOP/s, GB/s, floor, then the ratio
+        assert all(float(x) > 0 for x in row[1:9]) and row[9].endswith("x") and row[-1] == "same"

@@ -452,3 +452,15 @@ def test_reproduce_lists_its_experiments_refuses_unknown_ones_and_runs_one(tmp_p
     assert sorted(p.parent.relative_to(out).as_posix() for p in out.rglob("cell.json")) == [
         f"{setting}/seed-{seed}" for setting in ("both_on", "both_on_cap2") for seed in (0, 1)
     ]
+    # the record it wrote redraws the report without training; the checks' lines are the same
+    redrawn = called(capsys, "reproduce", "update-cap", "--report-only", "--record", out / "record", "--out",
+                     tmp_path / "redrawn")  # fmt: skip
+    assert redrawn.returncode == 0, redrawn.stderr
+    assert "Base: " not in redrawn.stdout and "  recorded 20" in redrawn.stdout
+    checks = [line for line in result.stdout.splitlines() if line.startswith("  [")]
+    assert checks and checks == [line for line in redrawn.stdout.splitlines() if line.startswith("  [")]
+    assert (tmp_path / "redrawn" / "report.md").read_text() == (out / "report.md").read_text()
+    misused = called(capsys, "reproduce", "update-cap", "--record", out / "record")
+    assert misused.returncode == 2 and "--record names the record to redraw a report from" in misused.stderr
+    nothing = called(capsys, "reproduce", "update-cap", "--report-only", "--record", tmp_path)
+    assert nothing.returncode != 0 and "is no reproduction record (missing table.csv.gz" in nothing.stderr

@@ -53,6 +53,7 @@ def test_defaults_are_verl_ppo_trainer_plus_agent_lightning():
         "max_turns": 4,
         "rewrite_prob": 0.3,
         "turn_cost": 0.0,
+        "heldout_size": 16,
         "model_path": None,
         "model_layers": 2,
         "model_hidden": 64,

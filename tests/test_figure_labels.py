@@ -33,7 +33,8 @@ def history_table() -> pd.DataFrame:
     for setting, shift in (("both_on", 0), ("both_off", 1)):
         for seed in (0, 1):
             history = short_run_history().assign(**{"critic/score/mean": [0.0, 0.25, 0.5],
-                                                    "lab/loss_scale_per_mini_batch": [1.0, 0.8, 0.9]})  # fmt: skip
+                                                    "lab/loss_scale_per_mini_batch": [1.0, 0.8, 0.9],
+                                                    "val-core/lock/reward/mean@1": [0.0, 0.5, 1.0]})  # fmt: skip
             history["training/n_sample"] += shift + seed
             frames.append(long_form(history, setting=setting, seed=seed))
     return pd.concat(frames, ignore_index=True)

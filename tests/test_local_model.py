@@ -152,3 +152,70 @@ def test_a_folder_without_config_json_is_no_model_folder(tmp_path):
     cfg = agl_lab.short_run_config(dotlist=[*TINY_RUN, f"lab.model_path={tmp_path / 'empty'}"])
     with pytest.raises(FileNotFoundError, match=r"lab.model_path='.*empty' has no config.json, so it is no Hugging"):
         build_policy(cfg, words=[])
+
+
+@pytest.fixture(scope="module")
+def gguf_cache(tmp_path_factory):
+    """SmolLM2's GGUF file dequantized once (~16 s) into a cache of this module's own ($AGL_LAB_CACHE)."""
+    from agl_lab.config.model_source import packaged_file
+    from agl_lab.training.local_model import _dequantized
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AGL_LAB_CACHE", str(tmp_path_factory.mktemp("cache")))
+        file = packaged_file("smollm2-135m-instruct")
+        yield file, _dequantized(file)
+
+
+def test_the_gguf_cache_is_named_by_the_files_content_and_the_converters_versions(gguf_cache, tmp_path, monkeypatch):
+    import hashlib
+    import shutil
+    from importlib.metadata import version
+
+    import agl_lab.training.local_model as local_model
+
+    file, folder = gguf_cache
+    sha = hashlib.sha256(file.read_bytes()).hexdigest()
+    versions = f"transformers{version('transformers')}-gguf{version('gguf')}"
+    assert folder.name == f"SmolLM2-135M-Instruct.Q4_1-{sha[:16]}-{versions}"
+    sidecar = json.loads((local_model.cache_dir() / "gguf" / "sha256.json").read_text())
+    stat = file.stat()
+    assert sidecar == {f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}": sha}
+    copy = tmp_path / file.name
+    shutil.copyfile(file, copy)  # the same bytes, another path and time: the same cached folder
+    assert local_model._dequantized(copy) == folder
+    monkeypatch.setattr(local_model.hashlib, "sha256", None)  # remembered per path, size and time: no hash again
+    assert local_model._dequantized(file) == local_model._dequantized(copy) == folder
+
+
+def test_a_damaged_gguf_cache_is_made_again_once(gguf_cache):
+    from agl_lab.config.model_source import check_model_source
+    from agl_lab.training.local_model import load_model
+
+    file, folder = gguf_cache
+    weights = folder / "model.safetensors"
+    size = weights.stat().st_size
+    with weights.open("r+b") as handle:
+        handle.truncate(size // 2)
+    cfg = agl_lab.short_run_config(dotlist=["lab.model=smollm2-135m-instruct"])
+    with pytest.warns(UserWarning, match=f"in {folder} does not load .*: making it again"):
+        model, _ = load_model(cfg, check_model_source(cfg))
+    assert weights.stat().st_size == size and model.config.num_hidden_layers == 30
+
+
+def test_a_gguf_cache_that_cannot_be_made_whole_names_the_folder_to_delete(tmp_path, monkeypatch):
+    import agl_lab.training.local_model as local_model
+    from agl_lab.config.model_source import check_model_source
+
+    monkeypatch.setenv("AGL_LAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(
+        local_model, "_convert", lambda file, folder: (folder.mkdir(), (folder / "config.json").write_text("{"))
+    )
+    cfg = agl_lab.short_run_config(dotlist=["lab.model=smollm2-135m-instruct"])
+    source = check_model_source(cfg)
+    with pytest.warns(UserWarning, match="making it again"), pytest.raises(OSError) as caught:
+        local_model.load_model(cfg, source)
+    (folder,) = (tmp_path / "gguf").glob("SmolLM2-*")
+    assert str(caught.value).startswith(
+        f"lab.model='smollm2-135m-instruct': its cached copy {folder} does not load even when made again ("
+    )
+    assert str(caught.value).endswith("): delete that folder and run again")

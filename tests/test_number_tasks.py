@@ -66,3 +66,71 @@ def test_bad_knobs_are_refused_naming_the_key(name):
         make_task(name, size=1, max_turns=2, rewrite_prob=0.0, seed=0)
     with pytest.raises(ConfigError, match=r"lab.rewrite_prob must be a probability"):
         make_task(name, size=5, max_turns=2, rewrite_prob=1.5, seed=0)
+
+
+# --- how an answer is read (agl_lab.training.number_tasks' docstring): one case per rule, with the exact texts ---
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [("7.0", "7"), ("7.5", "7.5"), ("The answer is 7.50", "7.5"), ("12.", "12"), ("It is 12. Done.", "12"),
+     ("-0", "0"), ("3.0.", "3")],
+)  # fmt: skip
+def test_decimals_read_as_numbers_and_a_full_stop_is_no_decimal_point(text, number):
+    assert last_number(text) == number
+
+
+@pytest.mark.parametrize(
+    ("text", "guess"),
+    [("What is 0 + 7?", None), ("What is 0 + 7? Give your final answer as a single number.", None),
+     ("0 + 7", None), ("0+7", None), ("0 plus 7", None), ("0 + 7 = 7", "7"), ("0+7=7.", "7"), ("What is 0 + 7? 7", "7"),
+     ("10 + 7 = 17", "17"), ("0 + 70", "70")],
+)  # fmt: skip
+def test_the_questions_own_numbers_are_never_the_answer(text, guess):
+    task = RetryArithTask(10, max_turns=3, rewrite_prob=0.0, seed=0)
+    assert task.start(7, step=0, index=0).read(text) == guess  # item 7: 0 + 7
+
+
+@pytest.mark.parametrize(
+    ("text", "guess"),
+    [("Guess my secret number. It is between 1 and 5. Answer with just the number.", None), ("1 to 5", None),
+     ("1-5", None), ("Between 1 and 5, I pick 3.", "3"), ("5", "5"), ("1 and 50", "50")],
+)  # fmt: skip
+def test_the_ranges_bounds_are_never_a_guess(text, guess):
+    task = GuessNumberTask(5, max_turns=3, rewrite_prob=0.0, seed=0)
+    assert task.start(4, step=0, index=0).read(text) == guess  # item 4: the secret 5
+
+
+def test_a_decimal_is_wrong_unless_it_is_the_whole_number():
+    task = RetryArithTask(10, max_turns=3, rewrite_prob=0.0, seed=0)
+    episode, turns = play(task, 34, ["7.5", "7.0"])  # 3 + 4
+    assert episode.guesses == ["7.5", "7"] and episode.success
+    assert turns[0].observation.startswith("Incorrect, try again.")
+    guess, turns = play(GuessNumberTask(10, max_turns=3, rewrite_prob=0.0, seed=0), 6, ["6.5", "7.5"])  # secret 7
+    assert [t.observation.split(".")[0] for t in turns[:2]] == ["Higher", "Lower"]
+
+
+@pytest.mark.parametrize("name", ["retry_arith", "guess_number"])
+def test_a_cut_off_answer_is_unreadable(name):
+    task = make_task(name, size=10, max_turns=2, rewrite_prob=0.0, seed=0)
+    episode = task.start(6, step=0, index=0)  # 0 + 6, or the secret 7
+    right = "6" if name == "retry_arith" else "7"
+    turn = episode.respond(f"The answer is {right}", cut_off=True)  # no end-of-turn token: it was still writing
+    assert episode.guesses == ["none"] and not turn.done
+    assert turn.observation.startswith("I could not find a number")
+    assert episode.respond(f"The answer is {right}").success  # finished, the same text reads
+
+
+def test_only_the_last_300_characters_are_read_as_verls_gsm8k_reward_does():
+    task = RetryArithTask(10, max_turns=1, rewrite_prob=0.0, seed=0)
+    assert task.start(34, step=0, index=0).read("7 " + "blah " * 60) is None  # 302 characters: the 7 is outside
+    assert task.start(34, step=0, index=0).read("7 " + "blah " * 59) == "7"
+
+
+def test_the_lock_game_still_reads_a_cut_off_answer():
+    from agl_lab.training.lock_task import LockTask
+
+    task = LockTask(n_locks=4, max_turns=2, rewrite_prob=0.0, seed=1)
+    episode = task.start(0, step=0, index=0)
+    episode.respond(f"c{task.codes[0]}", cut_off=True)
+    assert episode.success  # the tiny policy's 3-token answers are read by their first word, finished or not

@@ -159,3 +159,33 @@ def test_policies_built_in_threads_do_not_disturb_each_other():
     assert errors == []
     for seed in (1, 2):
         assert all(torch.equal(built[seed][key], solo[seed][key]) for key in solo[seed])
+
+
+def test_sampling_draws_every_rows_tokens_as_a_plain_loop_does_while_ended_rows_leave_the_batch():
+    """The reference: every row through the whole model at every token (no cache, no row dropped), sampled over all
+    rows with the same generator. generate drops a row from its forward passes once it ends (EOS) and keeps keys and
+    values: the same tokens, because the sampler still draws for every row."""
+    from agl_lab.training.policy import _sample, _until_eos
+
+    policy = tiny("lab.seed=1")
+    prompts = [policy.encode(text) for text in ("lock L1 try", "lock L2 try no try lock", "lock L0", "try")] * 3
+    pad, eos = policy.pad_token_id, policy.eos_token_id
+    lengths = set()
+    for seed in range(4):
+        generator = torch.Generator().manual_seed(seed)
+        rows, finished, tokens = [list(p) for p in prompts], torch.zeros(len(prompts), dtype=torch.bool), []
+        with torch.no_grad():
+            for _ in range(6):
+                last = torch.stack([policy.model(input_ids=torch.tensor([r])).logits[0, -1] for r in rows])  # (n, V)
+                token = torch.where(finished, pad, _sample(last, temperature=1.0, top_k=-1, top_p=1.0,
+                                                           generator=generator))  # fmt: skip
+                tokens.append(token)
+                finished |= token == eos
+                rows = [[*row, int(t)] for row, t in zip(rows, token, strict=True)]
+                if finished.all():
+                    break
+        expected = [_until_eos(row, eos) for row in torch.stack(tokens, -1).tolist()]
+        got = sample(policy, prompts, seed=seed, max_new_tokens=6)
+        assert got == expected
+        lengths |= {len(r) for r in got}
+    assert len(lengths) > 1  # rows ended at different tokens: some left the batch early

@@ -29,15 +29,31 @@ TINY_SMOL = (
     "data.max_response_length=12",
     "lab.rewrite_prob=1.0",  # every wrong answer's context rewritten: a failing rollout is 2 rows (trajectory level)
     "trainer.logger=[]",
+    "lab.heldout_size=2",  # the preset's held-out evaluation (steps 0 and 1 here) on 2 items
 )
 
 
-@pytest.fixture(scope="module", params=["retry_arith", "guess_number"])
-def cli_run(request, tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp(request.param) / "run"
-    argv = [sys.executable, "-m", "agl_lab", "train", *TINY_SMOL, f"lab.task={request.param}", f"lab.run_dir={run_dir}"]
+def train_on(task, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp(task) / "run"
+    argv = [sys.executable, "-m", "agl_lab", "train", *TINY_SMOL, f"lab.task={task}", f"lab.run_dir={run_dir}"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
-    return request.param, run_dir, done
+    return task, run_dir, done
+
+
+# one CLI run per task for the whole module, whatever order the tests run in
+@pytest.fixture(scope="module")
+def retry_arith_run(tmp_path_factory):
+    return train_on("retry_arith", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def guess_number_run(tmp_path_factory):
+    return train_on("guess_number", tmp_path_factory)
+
+
+@pytest.fixture(params=["retry_arith", "guess_number"])
+def cli_run(request):
+    return request.getfixturevalue(f"{request.param}_run")
 
 
 def test_the_command_trains_a_step_of_smollm2_with_agent_lightnings_metric_names(cli_run):
@@ -51,6 +67,9 @@ def test_the_command_trains_a_step_of_smollm2_with_agent_lightnings_metric_names
                  "actor/pg_clipfrac", "actor/ppo_kl"):  # fmt: skip
         assert name in metrics, name
     assert metrics["training/n_rollouts"] == 4 and metrics["training/n_sample_trained"] > 0
+    # the preset's held-out evaluation, greedy: before training (step 0) and at the last step, under verl's names
+    evaluations = [json.loads(line) for line in (run_dir / "validation.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evaluations] == [0, 1] and f"val-core/{task}/reward/mean@1" in metrics
 
 
 def test_failing_rollouts_become_several_rows_and_the_transcript_shows_where(cli_run):
@@ -113,7 +132,7 @@ def test_the_gguf_tokenizer_ends_a_response_at_the_chat_templates_end_of_turn():
 
 def test_the_pretrained_preset_sits_between_the_short_run_and_your_settings(tmp_path):
     cfg = agl_lab.short_run_config(dotlist=[SMOL])
-    assert (cfg.lab.task, cfg.lab.max_turns, cfg.actor_rollout_ref.model.lora_rank) == ("retry_arith", 3, 16)
+    assert (cfg.lab.task, cfg.lab.max_turns, cfg.actor_rollout_ref.model.lora_rank) == ("retry_arith", 2, 16)
     assert cfg.data.max_response_length == 32 and cfg.actor_rollout_ref.rollout.response_length == 32
     yours = agl_lab.short_run_config(
         overrides={"data": {"train_batch_size": 3}}, dotlist=[SMOL, "lab.task=guess_number", "lab.max_turns=5"]
@@ -160,3 +179,35 @@ def test_a_step_of_smollm2_on_cuda_runs_under_bf16_autocast(tmp_path):
     with policy.autocast():
         logits = policy.model(input_ids=torch.tensor([[1, 2, 3]], device="cuda")).logits
     assert logits.dtype == torch.bfloat16  # fp32 weights, bf16 compute: verl's FSDP mixed precision
+
+
+def test_a_saved_smollm2_lora_run_trains_on_under_the_pretrained_preset_from_its_adapter(retry_arith_run, tmp_path):
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    _, run_dir, done = retry_arith_run
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = run_dir / "policy"
+    small = (
+        "data.train_batch_size=1",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+        "data.max_response_length=8",
+        "lab.max_turns=1",
+        "trainer.total_training_steps=1",
+        "trainer.logger=[]",
+        "trainer.test_freq=-1",  # no held-out evaluation
+    )
+    # another seed than the saved run's: a fresh adapter would start from other weights than the saved one
+    cfg = agl_lab.short_run_config(
+        dotlist=[f"lab.model_path={folder}", *small, "lab.seed=1", f"lab.run_dir={tmp_path}"]
+    )
+    preset = cfg.actor_rollout_ref
+    assert (cfg.lab.task, preset.model.lora_rank, preset.actor.optim.lr) == ("retry_arith", 16, 1.0e-4)
+    start = get_peft_model_state_dict(build_policy(cfg, words=[]).model, save_embedding_layers=False)  # no Hub look-up
+    saved = load_file(folder / "adapter_model.safetensors")
+    assert start.keys() == saved.keys() and all(torch.equal(start[name], saved[name]) for name in saved)
+    result = agl_lab.train(cfg, progress=False)
+    assert not result.stopped and list(result.history["step"]) == [1]
+    again = json.loads((result.run_dir / "policy" / "adapter_config.json").read_text())
+    assert again["base_model_name_or_path"] == "smollm2-135m-instruct"  # saved on the packaged base, as the first

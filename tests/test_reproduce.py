@@ -12,7 +12,7 @@ from test_effects import long_table
 from agl_lab.config.lab_config import TASKS
 from agl_lab.studies import reproduce
 from agl_lab.studies.experiments import EXPERIMENTS, Check, Experiment, experiment_table
-from agl_lab.studies.reproduce import judge, run_reproduction, seeds_asked
+from agl_lab.studies.reproduce import judge, redraw_reproduction, run_reproduction, seeds_asked, seeds_for_effect
 from agl_lab.studies.sweep import plan_sweep
 from conftest import TINY_RUN
 
@@ -162,3 +162,48 @@ def test_turn_index_bias_runs_tiny_and_writes_its_report(tmp_path):
     assert set(table.loc[table.metric == "training/rollout_level_advantage/n_rows", "setting"]) == {"rollout_level"}
     report = (out / "report.md").read_text()
     assert report.startswith("# Reproduction `turn-index-bias`: ") and "verl RFC #7244" in report
+
+
+def test_a_study_asks_for_the_pairs_its_smallest_effect_needs_given_the_pilots_spread():
+    # a − base: +1, +2, +3 (sd 1): to detect 0.5 (half an sd) at 80% power a paired t-test needs 34 pairs
+    # (statsmodels TTestPower, d = 0.5); the one-sample check against 0 has no baseline and asks for nothing
+    checks, shown = judge(experiment(shown=[Check("a", "m", "none", baseline="base"), Check("a", "m", "none")]),
+                          hand_table())  # fmt: skip
+    assert seeds_for_effect(shown, 0.5) == 34.0
+    assert seeds_for_effect(shown, 1.0) == 10.0  # d = 1
+    one_pair = long_table({("base", 0): [0.0], ("a", 0): [1.0]})
+    _, shown = judge(experiment(shown=[Check("a", "m", "none", baseline="base")]), one_pair)
+    assert seeds_for_effect(shown, 0.5) == math.inf  # no spread from one pair: cannot say
+
+
+def test_a_reproductions_record_redraws_its_report_without_training(tmp_path, monkeypatch):
+    study = Experiment(
+        "study",
+        "does renaming the project change success?",
+        "tests/test_reproduce.py",
+        {"base": (), "renamed": ("trainer.project_name=elsewhere",)},
+        (),
+        shown=(Check("renamed", "lab/success_rate", "none", "last_20pct", baseline="base"),),
+        dotlist=("lab.wandb_mode=disabled",),
+        smallest_effect=0.1,
+    )
+    monkeypatch.setitem(EXPERIMENTS, "study", study)
+    out = tmp_path / "reproduce-study"
+    result = run_reproduction("study", pilot_seeds=2, max_seeds=2, out_dir=out, dotlist=TINY_RUN, executor="serial",
+                              progress=False)  # fmt: skip
+    assert result.is_study and result.seeds == [0, 1]
+    report = (out / "report.md").read_text()
+    assert report.startswith("# Study `study` (the tiny policy on the lock task)\n")
+    assert "**Question.** does renaming" in report and "0 of 1 comparisons resolved" in report
+    assert "the power analysis for an effect of 0.1 asked for" in report and "- recorded 20" in report
+    record = out / "record"
+    assert sorted(p.name for p in record.iterdir()) == ["cells.csv", "meta.json", "table.csv.gz"]
+    redrawn = redraw_reproduction("study", record=record, out_dir=tmp_path / "redrawn")
+    assert (tmp_path / "redrawn" / "report.md").read_text() == report  # the same report, nothing trained
+    assert redrawn.meta["played"] == "(the tiny policy on the lock task)" and len(redrawn.sweep.cells) == 4
+    with pytest.raises(ValueError, match="records the experiment 'study', not 'update-cap'"):
+        redraw_reproduction("update-cap", record=record, out_dir=tmp_path / "x")
+    with pytest.raises(FileNotFoundError, match=r"is no reproduction record \(missing table.csv.gz, cells.csv"):
+        redraw_reproduction("study", record=tmp_path, out_dir=tmp_path / "x")
+    with pytest.raises(FileNotFoundError, match=r"no record at .*nowhere: run `agl-lab reproduce study` first"):
+        redraw_reproduction("study", record=tmp_path / "nowhere", out_dir=tmp_path / "x")

@@ -82,4 +82,18 @@ def test_the_windows_of_a_runs_steps_are_defined_once():
     assert success_first_last(values) == (0.5, 8.0)
     with pytest.raises(ValueError, match=r"window must be one of \['first_20pct', 'last_20pct', 'all', 'last_minus"):
         window_mean(values, "middle")
-    assert list(WINDOWS) == ["first_20pct", "last_20pct", "all", "last_minus_first"]
+    assert list(WINDOWS) == ["first_20pct", "last_20pct", "all", "last_minus_first", "final", "auc"]
+
+
+def test_the_final_value_and_the_area_under_a_curve_logged_at_some_steps():
+    from agl_lab.curves.summary import window_mean
+
+    nan = float("nan")
+    held_out = [0.2, nan, nan, 0.4, nan, 0.6]  # evaluated at steps 0, 3 and 5
+    assert window_mean(held_out, "final") == 0.6
+    # trapezoid: (0.2 + 0.4) / 2 · 3 + (0.4 + 0.6) / 2 · 2 = 1.9 over a span of 5 steps
+    assert window_mean(held_out, "auc") == pytest.approx(0.38)
+    # the same values at steps 0, 30 and 50: the area is over the steps given, not the positions
+    assert window_mean(held_out, "auc", steps=np.array([0, 10, 20, 30, 40, 50])) == pytest.approx(0.38)
+    assert window_mean([0.2, 0.4, 0.6], "auc", steps=np.array([0, 1, 5])) == pytest.approx((0.3 + 0.5 * 4) / 5)
+    assert np.isnan(window_mean([nan, 0.5], "auc")) and np.isnan(window_mean([nan], "final"))  # one value: no area

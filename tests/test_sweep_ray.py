@@ -5,6 +5,9 @@ The sweep on a real two-node cluster is tests/test_sweep_cluster.py; Ray and ser
 
 import json
 
+import pandas as pd
+import pytest
+
 from agl_lab.studies.sweep_cells import Cell
 from agl_lab.studies.sweep_ray import cell_files, cell_resources, node_record, write_cell_files
 from conftest import TINY_RUN
@@ -96,3 +99,25 @@ def test_a_retried_task_whose_first_attempt_finished_trains_nothing_again(tmp_pa
     trained = []
     _cell_task(cell, {}, lambda c, o, node: trained.append(c), False)
     assert trained == [cell]
+
+
+@pytest.mark.ray
+def test_two_cells_of_one_seed_run_in_one_ray_worker_one_after_another_give_the_same_metrics(tmp_path):
+    """A LoRA adapter's initial weights come from lab.seed, not from what the worker's process drew before (peft draws
+    lora_A from torch's global generator; agl_lab.training.seeding)."""
+    import ray
+
+    from agl_lab.studies.sweep import run_sweep
+
+    assert not ray.is_initialized()
+    dotlist = [*TINY_RUN, "actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8"]
+    # one CPU: the two cells run one after another, in the one worker process Ray keeps for them
+    names = {name: [f"trainer.project_name={name}"] for name in ("first", "second")}  # alike but for a name
+    result = run_sweep(names, [0], sweep_dir=tmp_path, dotlist=dotlist, progress=False,
+                       executor="ray", num_cpus=1)  # fmt: skip
+    assert result.cells["status"].tolist() == ["done"] * 2
+    table = result.table.drop(columns="run", errors="ignore")
+    first, second = (table[table["setting"] == name].drop(columns="setting").reset_index(drop=True)
+                     for name in ("first", "second"))  # fmt: skip
+    assert sorted(first["step"].unique()) == [1, 2]
+    pd.testing.assert_frame_equal(first, second)

@@ -1,8 +1,10 @@
 """TrainingPanel: short runs in a background thread, Stop, live curves, the run directory, restore and command."""
 
 import pytest
+from omegaconf import OmegaConf
 
 from agl_lab import short_run_config
+from agl_lab.config.bases import SHORT_RUN_YAML
 from agl_lab.config.doctor import diagnose
 from agl_lab.config.settings import DEMO_SETTINGS
 from agl_lab.config.task_rows import fitting_limits, row_limit_problem
@@ -160,7 +162,9 @@ def test_choosing_a_pretrained_model_starts_from_its_preset_and_keeps_the_three_
     c = panel.controls
     c["max_ppo_update_times"].value = 2
     c["model"].value = "smollm2-135m-instruct"
-    assert (c["task"].value, c["task_size"].value, c["max_turns"].value) == ("retry_arith", 10, 3)
+    difficulty = OmegaConf.load(SHORT_RUN_YAML.with_name("pretrained_retry_arith.yaml")).lab  # the task's own layer
+    chosen = (c["task"].value, c["task_size"].value, c["max_turns"].value)
+    assert chosen == ("retry_arith", difficulty.task_size, difficulty.max_turns)
     assert c["steps"].value == 20 and c["max_ppo_update_times"].value == 2
     cfg = panel.config()
     assert (cfg.lab.model, cfg.actor_rollout_ref.model.lora_rank, cfg.data.max_response_length) == (

@@ -4,11 +4,13 @@ anything runs.
 Composes the config like Agent Lightning's training scripts (base ``example`` unless ``--base``; with ``--config``,
 a YAML file of the user's read after the base and before the items (:mod:`agl_lab.config.config_file`), base ``agl``
 unless ``--base``: the file is an Agent Lightning config, checked by its trainer's rules), prints the three
-per-rollout settings as resolved, the findings of the lab trainer's start-up gate — the doctor and what the trainer's
-start-up code refuses, as ``agl-lab train`` prints them (:func:`agl_lab.training.preflight.trainer_findings`; the doctor
-alone for ``--base agl``) — and those of what ``launch`` would send, and runs trainer steps 1–5 on an example batch of
-one step of the config's size (:mod:`agl_lab.lab.example_batch`), printing every metric (and each row's advantage mass
-when there are few).
+per-rollout settings as resolved, the policy a lab run would train (or why a lab run refuses the config's model: a
+Hugging Face Hub id in ``actor_rollout_ref.model.path`` is right for a GPU cluster, so check only says it), the
+findings of the lab trainer's start-up gate — the doctor and what the trainer's start-up code refuses, as
+``agl-lab train`` prints them (:func:`agl_lab.training.preflight.trainer_findings`; the doctor alone for
+``--base agl``) — and those of what ``launch`` would send, and runs trainer steps 1–5 on an example batch of one step
+of the config's size (:mod:`agl_lab.lab.example_batch`), printing every metric (and each row's advantage mass when
+there are few).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ def _check(dotlist: list[str], *, show_config: bool, base: str, config_file: str
 
     from agl_lab.config.checks import lab_estimator_problem
     from agl_lab.config.compose import compose_from
+    from agl_lab.config.model_source import describe_policy
     from agl_lab.config.secrets import redacted_yaml
     from agl_lab.core.pipeline import mini_batch_rows, prepare_batch
     from agl_lab.core.rows import rows_frame
@@ -72,6 +75,8 @@ def _check(dotlist: list[str], *, show_config: bool, base: str, config_file: str
     findings = gate_findings(cfg, trainer=BASES[base].trainer)  # what train prints for the same config
     if not any(f.level == "error" for f in findings):  # the sizes it multiplies may be what the doctor refuses
         print(f"  {'PPO mini-batch':<26} {'(ppo_mini_batch_size x rollout.n)':<48} {mini_batch_rows(cfg)} rows")
+    # said, never refused here: a config for a GPU cluster may name a Hub id that only a lab run cannot load
+    print(f"\nPolicy a lab run trains: {describe_policy(cfg)}")
 
     print("\nDoctor:" + ("" if findings else " no findings"))
     ok = print_findings(findings)

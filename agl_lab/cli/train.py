@@ -10,7 +10,7 @@ import argparse
 
 from agl_lab.cli.commands import Subcommand
 from agl_lab.cli.help import print_base, print_settings_and_findings
-from agl_lab.core.keys import MINI_BATCH, SEED, STEPS, TRAIN_BATCH
+from agl_lab.core.keys import MINI_BATCH, SEED, STEPS, TRAIN_BATCH, VAL_CORE_REWARD
 from agl_lab.exit_codes import TrainedNothingError, stopped
 
 __all__ = ["COMMAND", "add_train_arguments", "run_train_command"]
@@ -31,6 +31,7 @@ def run_train_command(args: argparse.Namespace) -> int:
 def _train(dotlist: list[str], *, show_config: bool) -> int:
     from agl_lab.config.bases import BASES
     from agl_lab.config.compose import compose_from
+    from agl_lab.curves.panels import first_present
     from agl_lab.curves.summary import SUCCESS, success_first_last
     from agl_lab.training.runs import TRAINED_NOTHING, resolved_config_yaml
     from agl_lab.training.trainer import train
@@ -49,6 +50,11 @@ def _train(dotlist: list[str], *, show_config: bool) -> int:
             f"{len(history)} steps{' (stopped early)' if result.stopped else ''}; success rate "
             f"{first:.2f} over the first 20% of steps -> {last:.2f} over the last"
         )
+    core = first_present(VAL_CORE_REWARD, result.validation.columns)  # trainer.test_freq > 0: verl's val-core
+    if core is not None:
+        val = result.validation.dropna(subset=[core])
+        curve = ", ".join(f"{v:.2f} at step {s}" for s, v in zip(val["step"], val[core], strict=True))
+        print(f"held-out success, greedy ({core}): {curve}")
     if result.wandb_run:
         print(f"W&B run: {result.wandb_run}")
     print(result.run_dir)

@@ -3,7 +3,8 @@
 Every entrance composes from one of them (:func:`agl_lab.config.compose.compose_from`) and says which: ``agl``
 (Agent Lightning's defaults: what ``agl-lab launch`` sends), ``example`` (+ the example overrides) and ``short-run``
 (+ the short-run preset: ``agl-lab train``, ``demo``, ``sweep``, the notebooks' runs; + the pretrained preset when
-``lab.model`` is a pretrained model). This module loads no Hydra, so a command that only names a base stays light.
+the policy is a pretrained model: :func:`agl_lab.config.model_source.is_pretrained`). This module loads no Hydra, so
+a command that only names a base stays light.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ class Base:
     label: str  # one line: what every subcommand prints as the base it composed from
     yaml: Path | None = None
     trainer: str = "lab"  # whose trainer its configs go to (agl_lab.config.doctor.TRAINERS): the doctor speaks of it
-    # Overrides between this base's and yours when the config's lab.model is a pretrained model (not tiny): the sizes
+    # Overrides between this base's and yours when the config's policy is a pretrained model (lab.model, a .gguf file,
+    # a run's saved adapter on one: agl_lab.config.model_source.is_pretrained): the sizes
     # a pretrained chat model needs (prompts of its chat template, answers of sentences, a LoRA adapter)
     pretrained_yaml: Path | None = None
 

@@ -78,7 +78,7 @@ def value_findings(cfg: DictConfig, get: Getter) -> list[Finding]:
         for key, message, fix in constraint_problems(cfg, default=lambda key: default_value(shared_base(), key))
         if key not in reported
     ]
-    return [*findings, *_mini_batch(get), *_estimator_inputs(get)]
+    return [*findings, *_mini_batch(get), *_estimator_inputs(get), *_lora_rank(get)]
 
 
 def lab_estimator_problem(cfg: DictConfig) -> str | None:
@@ -174,6 +174,23 @@ def _mini_batch(get: Getter) -> list[Finding]:
             )
         ]
     return []
+
+
+def _lora_rank(get: Getter) -> list[Finding]:
+    """A negative ``lora_rank`` is no error in verl: its workers add an adapter only for ``lora_rank > 0``, so the run
+    fine-tunes every weight. Said, not refused, so a config that verl runs runs here too."""
+    rank = get(LORA_RANK)
+    if not isinstance(rank, int) or rank >= 0:
+        return []
+    return [
+        Finding(
+            "warning",
+            LORA_RANK,
+            f"lora_rank={rank} is below 0, which verl reads as LoRA off: the run fine-tunes every weight, as with "
+            "lora_rank=0",
+            f"set {LORA_RANK}=0 for full fine-tuning, or a rank > 0 (e.g. 16) for a LoRA adapter",
+        )
+    ]
 
 
 def _estimator_inputs(get: Getter) -> list[Finding]:

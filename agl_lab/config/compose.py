@@ -30,7 +30,7 @@ from agl_lab.config.arguments import mapping, plain, string_list
 from agl_lab.config.bases import BASES
 from agl_lab.config.config_file import ConfigFileError, changed, read_config_file, resolves_to
 from agl_lab.config.key_types import default_value, expected_value, key_problem, type_problem
-from agl_lab.config.model_source import TINY
+from agl_lab.config.model_source import is_pretrained
 from agl_lab.config.secrets import redact_argv
 from agl_lab.config.tree import leaves
 from agl_lab.core.keys import ESTIMATOR, LAB
@@ -102,14 +102,15 @@ def compose_from(
     the overrides dict, the dotlist).
 
     A base with a pretrained preset (``short-run``: ``conf/pretrained.yaml``, then ``conf/pretrained_<task>.yaml`` for
-    the task's difficulty) puts it between its overrides and yours when the result's ``lab.model`` is a pretrained
-    model: composed again then, once for each layer, to learn which model and which task you chose."""
+    the task's difficulty) puts it between its overrides and yours when the result's policy is a pretrained model
+    (:func:`agl_lab.config.model_source.is_pretrained`: ``lab.model``, a ``.gguf`` file, or a run's saved adapter on
+    one): composed again then, once for each layer, to learn which model and which task you chose."""
     if base not in BASES:
         raise ConfigError(f"unknown base {base!r}: choose one of {', '.join(BASES)}")
     ours = dict(leaves(BASES[base].overrides()))
     cfg = _compose(ours, overrides, dotlist, config_file)
     preset = BASES[base].pretrained_yaml
-    if preset is None or cfg.lab.model == TINY:
+    if preset is None or not is_pretrained(cfg):
         return cfg
     ours = {**ours, **_yaml_leaves(preset)}
     cfg = _compose(ours, overrides, dotlist, config_file)

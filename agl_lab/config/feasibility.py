@@ -13,8 +13,8 @@ error: torch would start that many threads on too few cores (every step slower, 
 runtime dies), and a sweep on Ray would wait forever for a node with that many CPUs. The counts are upper bounds of the
 usual kind (fp32 everywhere, every rollout making ``lab.max_turns`` rows padded to the aggregator's limits), not
 measurements: the default short run counts ~0.1 s per step and takes ~0.1-0.2 s; the pretrained preset's
-(``lab.model=smollm2-135m-instruct``) counts ~2-4 min and takes 0.3-1.4 min on 2 cores (its first steps
-the longest: docs/real-model.md).
+(``lab.model=smollm2-135m-instruct``) counts ~2-4 min; what a step takes is measured in docs/real-model.md
+(section Speed).
 
 What is counted (P = the policy's parameters, S = ``train_batch_size × rollout.n`` episodes sampled together,
 C = the longest row, R = S × ``lab.max_turns`` rows at the transition level and S at the trajectory level (a
@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from agl_lab.config.checks import Finding
-from agl_lab.config.model_source import model_shape, model_source
+from agl_lab.config.model_shape import model_shape
+from agl_lab.config.model_source import model_source
 from agl_lab.core.aggregation import aggregation_limits
 from agl_lab.core.keys import (
     CPU_THREADS,
@@ -165,7 +166,7 @@ def available_cores() -> int:
 
 def _model_shape(cfg: DictConfig) -> tuple[int, int, int, int, bool]:
     """layers, hidden, intermediate, vocabulary, tied embeddings: of the model the run loads (a folder's config.json, a
-    GGUF file's header: :func:`agl_lab.config.model_source.model_shape`), else the tiny default policy's (its
+    GGUF file's header: :func:`agl_lab.config.model_shape.model_shape`), else the tiny default policy's (its
     vocabulary is the task's few words)."""
     try:
         shape = model_shape(model_source(cfg))

@@ -30,6 +30,8 @@ from agl_lab.core.keys import (
     DEFAULT_HDFS_DIR,
     GEN_BATCH,
     K8S_JOB_TEMPLATE,
+    LORA_EXCLUDE_MODULES,
+    LORA_TARGET_MODULES,
     MAX_ACTOR_CKPT,
     MAX_CRITIC_CKPT,
     MAX_PPO_UPDATE_TIMES,
@@ -44,7 +46,8 @@ from agl_lab.core.keys import (
     VALIDATION_DATA_DIR,
 )
 
-__all__ = ["NULL_DEFAULT_TYPES", "declared_fields", "default_value", "expected_value", "key_problem", "type_problem"]
+__all__ = ["NULL_DEFAULT_TYPES", "STRING_OR_LIST_KEYS", "declared_fields", "default_value", "expected_value"]
+__all__ += ["key_problem", "type_problem"]
 
 # Keys whose default is null in a section without a config dataclass, and the type Agent Lightning / verl read them as.
 NULL_DEFAULT_TYPES: dict[str, type] = {
@@ -73,6 +76,10 @@ NULL_DEFAULT_TYPES: dict[str, type] = {
     MODEL_PATH_LAB: str,
     RUN_DIR: str,
 }
+
+# Keys that take a string or a list of strings, as verl's FSDP engine hands them to peft's LoraConfig
+# (verl/workers/config/model.py: target_modules "all-linear" or ["q_proj", "k_proj"]; exclude_modules likewise).
+STRING_OR_LIST_KEYS = frozenset({LORA_TARGET_MODULES, LORA_EXCLUDE_MODULES})
 
 # One value of each checkable type, in the order a union is read: a field declared `int | float` takes any number.
 _PROTOTYPES: tuple[tuple[type, Any], ...] = ((bool, False), (float, 0.0), (int, 0), (str, ""), (list, []), (dict, {}))
@@ -107,6 +114,8 @@ def type_problem(path: str, value: Any, base: DictConfig) -> str | None:
     field written as an integer in verl's YAML (``entropy_coeff: 0``, ``top_p: 1``) takes any number, and a key whose
     default is null is checked against its declared type. A secret's value is never echoed.
     """
+    if path in STRING_OR_LIST_KEYS:
+        return _string_or_list_problem(path, value)
     expected = expected_value(base, path)
     if isinstance(expected, bool):
         ok, name = isinstance(value, bool), "a boolean (true/false)"
@@ -126,6 +135,14 @@ def type_problem(path: str, value: Any, base: DictConfig) -> str | None:
         return None
     shown = MASK if is_secret_key(path) else repr(value)
     return f"{path} must be {name}, got {shown} ({type(value).__name__})"
+
+
+def _string_or_list_problem(path: str, value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return None
+    if isinstance(value, list | tuple | ListConfig) and all(isinstance(name, str) for name in value):
+        return None
+    return f"{path} must be a string or a list of strings (e.g. all-linear or [q_proj,v_proj]), got {value!r}"
 
 
 def declared_fields(section: DictConfig) -> set[str]:

@@ -17,9 +17,10 @@ from agl_lab.core.update_cap import DROP_UNITS
 __all__ = ["ACTORS", "CURVE_SMOOTHING", "PRETRAINED_TASKS", "TASKS", "LabConfig", "lab_field_rule"]
 
 # The agent tasks a short run can train on (agl_lab.training.tasks implements each): the tiny policy's lock game, and
-# two multi-turn tasks for a pretrained chat model.
-TASKS = ("lock", "retry_arith", "guess_number")
-PRETRAINED_TASKS = ("retry_arith", "guess_number")  # asked in English: refused with the tiny word-level policy
+# three multi-turn tasks for a pretrained chat model.
+TASKS = ("lock", "retry_arith", "guess_number", "arith_workflow")
+# asked in English: refused with the tiny word-level policy
+PRETRAINED_TASKS = ("retry_arith", "guess_number", "arith_workflow")
 # The actor backends of a short run: agl_lab's own update loop, or verl's actor engine (agl_lab.training.*_actor).
 ACTORS = ("lab", "verl")
 # The curves' default smoothing (lab.curve_smoothing): TensorBoard's default weight.
@@ -54,11 +55,13 @@ class LabConfig:
     # Agent task the policy plays (agl_lab.training.tasks): "lock" = a combination-lock game for the tiny policy,
     # whose failing rollouts take the most turns; "retry_arith" = an addition question, a wrong or unreadable answer
     # gets "Incorrect, try again" (the shape of verl's Gsm8kInteraction); "guess_number" = guess a secret number, the
-    # environment answers higher or lower (GEM's GuessTheNumber). Source: agl_lab (Agent Lightning trains on your own
-    # agent instead).
+    # environment answers higher or lower (GEM's GuessTheNumber); "arith_workflow" = an addition solved, checked (yes or
+    # no) and revised in separate LLM calls, each a fresh prompt and so a row of its own (the shape of Agent Lightning's
+    # Spider example). Source: agl_lab (Agent Lightning trains on your own agent instead).
     task: str = _field("lock", choices=TASKS)
     # The task's size, which is also its difficulty: lock = locks, each with its own code to learn; retry_arith =
-    # operands from 0 to task_size - 1 (task_size^2 questions); guess_number = secrets from 1 to task_size.
+    # operands from 0 to task_size - 1 (task_size^2 questions), arith_workflow too; guess_number = secrets from 1 to
+    # task_size.
     task_size: int = _field(8, low=2, high=10_000)
     # LLM calls one episode may make; a failing rollout makes all of them and so becomes the most rows.
     max_turns: int = _field(4, low=1, high=64)
@@ -70,6 +73,12 @@ class LabConfig:
     # 0 = off: one reward per rollout. Rows carry it per turn under a per-turn estimator (algorithm.adv_estimator=
     # mt_grpo, mt_grpo_fix, turn_grpo), else summed into the rollout's reward (agl_lab.core.turn_rewards).
     turn_cost: float = _field(0.0, low=0.0, high=1.0)
+    # Held-out evaluation (trainer.test_freq, verl's val_kwargs: greedy, one rollout per item): how many items of the
+    # task are set aside, fixed by lab.seed and never drawn for training while the task has at least twice as many
+    # items (retry_arith: task_size^2 questions; guess_number: task_size secrets). A smaller task, and the lock task
+    # (each lock's code is arbitrary: a held-out lock cannot be learned), evaluates min(heldout_size, items) of the
+    # training items instead, and logs lab/val_items_held_out = 0 (agl_lab.training.tasks.HeldOut).
+    heldout_size: int = _field(16, low=1, high=10_000)
     # A local policy instead of lab.model: a Hugging Face causal-LM folder with its tokenizer (Qwen2, Llama, ..., a
     # finished run's policy/, a LoRA adapter a run saved) or a .gguf file; the task's prompts then go through its
     # tokenizer and chat template (agl_lab.config.model_source). null = lab.model, or actor_rollout_ref.model.path

@@ -8,7 +8,14 @@ The policy of a short run comes from the first of these that is set:
 2. ``lab.model``: a pretrained model shipped on PyPI (:data:`PACKAGED`: its package must be installed) — or
    ``tiny`` (the default), which defers to:
 3. ``actor_rollout_ref.model.path`` when it names a local folder (verl's key: an Agent Lightning config's model);
-4. the tiny default policy, built from ``lab.model_layers`` and ``lab.model_hidden``.
+4. the tiny default policy, built from ``lab.model_layers`` and ``lab.model_hidden``, when
+   ``actor_rollout_ref.model.path`` is verl's untouched default (:func:`verl_default_model_path`, read from verl's
+   packaged ``model/hf_model.yaml``).
+
+``actor_rollout_ref.model.path`` set to anything else (a Hugging Face Hub id such as ``Qwen/Qwen2.5-1.5B-Instruct``,
+as Agent Lightning's examples write it, or a folder that is not there) is no silent tiny run: its source is
+``unloadable``, which :func:`check_model_source` (and so every run and sweep) refuses with the fix, since nothing is
+downloaded here. ``agl-lab check`` only says so (:func:`describe_policy`): the same config is right for a GPU cluster.
 
 Setting ``lab.model_path`` and a ``lab.model`` other than ``tiny`` together is refused: the config must name one
 policy. :func:`check_model_source` reads only small files (``config.json``, the GGUF header's magic, the adapter's
@@ -25,16 +32,17 @@ import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig
 
 from agl_lab.core.keys import MODEL, MODEL_PATH, MODEL_PATH_LAB
 
 __all__ = ["MODELS", "PACKAGED", "TINY", "TOKENIZER_FILES", "ModelSource", "Packaged", "check_model_source"]
-__all__ += ["model_shape", "model_source", "packaged_file"]
+__all__ += ["UNLOADABLE", "describe_policy", "is_pretrained", "model_source", "packaged_file"]
+__all__ += ["verl_default_model_path"]
 
 TINY = "tiny"
+UNLOADABLE = "unloadable"  # actor_rollout_ref.model.path names something a lab run cannot load (module docstring)
 # A folder holds a tokenizer when it has one of these (what AutoTokenizer builds one from); tokenizer_config.json
 # alone only configures one.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
@@ -65,7 +73,7 @@ MODELS = (TINY, *PACKAGED)  # lab.model's choices
 
 @dataclass(frozen=True)
 class ModelSource:
-    """Where the policy comes from: ``kind`` is ``tiny``, ``folder``, ``adapter`` or ``gguf``."""
+    """Where the policy comes from: ``kind`` is ``tiny``, ``folder``, ``adapter``, ``gguf`` or ``unloadable``."""
 
     kind: str
     key: str  # the config key that named it
@@ -93,7 +101,52 @@ def model_source(cfg: DictConfig) -> ModelSource:
     verl_path = cfg.actor_rollout_ref.model.get("path")
     if verl_path and Path(str(verl_path)).expanduser().is_dir():
         return _path_source(Path(str(verl_path)).expanduser(), key=MODEL_PATH, name=str(verl_path))
+    if verl_path and str(verl_path) != verl_default_model_path():
+        return ModelSource(UNLOADABLE, MODEL_PATH, None, str(verl_path))
     return ModelSource(TINY, MODEL)
+
+
+@functools.cache
+def verl_default_model_path() -> str:
+    """``actor_rollout_ref.model.path`` as verl's packaged ``ppo_trainer`` config gives it (``model@actor_rollout_ref.
+    model: hf_model``): read from verl's ``model/hf_model.yaml``, so a config that never set the key is told apart
+    from one that set it."""
+    from importlib.resources import files
+
+    import yaml
+
+    return str(yaml.safe_load(files("verl.trainer.config").joinpath("model", "hf_model.yaml").read_text())["path"])
+
+
+def is_pretrained(cfg: DictConfig) -> bool:
+    """Whether the policy is a pretrained chat model, which the short run's pretrained preset (``conf/pretrained.yaml``)
+    sizes: a packaged model, a ``.gguf`` file, or a saved adapter (a run's ``policy/``) on one of these. A folder may
+    hold any model (a tiny run's saved policy too), so it keeps the preset its config gives. A config naming no single
+    policy answers by ``lab.model`` (the doctor reports the conflict)."""
+    try:
+        source = model_source(cfg)
+        for _ in range(8):  # an adapter on a saved adapter ...: their first base (a folder naming itself ends here)
+            if source is None or source.kind != "adapter":
+                break
+            source = adapter_base(source.path)
+    except (ValueError, FileNotFoundError):
+        return str(cfg.lab.get("model", TINY)) != TINY
+    return source is not None and source.kind == "gguf"
+
+
+def describe_policy(cfg: DictConfig) -> str:
+    """One line: the policy a lab run of ``cfg`` trains, or why a lab run refuses it (``agl-lab check`` prints it)."""
+    try:
+        source = model_source(cfg)
+    except (ValueError, FileNotFoundError) as exc:
+        return f"none: a lab run refuses this config ({exc})"
+    if source.kind == UNLOADABLE:
+        return f"none: a lab run refuses {_unloadable(source)}"
+    if source.kind == TINY:
+        lab = cfg.lab
+        return f"the tiny default ({MODEL}={TINY}: {lab.model_layers} layers, hidden {lab.model_hidden})"
+    what = {"folder": "a Hugging Face folder", "adapter": "a saved LoRA adapter", "gguf": "a GGUF file"}[source.kind]
+    return f"{source.name} ({source.key}: {'packaged, ' if source.key == MODEL else ''}{what})"
 
 
 def packaged_file(name: str) -> Path:
@@ -114,6 +167,8 @@ def check_model_source(cfg: DictConfig) -> ModelSource:
     """The source after checking it holds what a run loads; raises ``FileNotFoundError`` (something missing) or
     ``ValueError`` (something else there)."""
     source = model_source(cfg)
+    if source.kind == UNLOADABLE:
+        raise ValueError(_unloadable(source))
     if source.kind == "folder":
         _check_folder(source.path, where=source.where)
     elif source.kind == "adapter":
@@ -121,32 +176,6 @@ def check_model_source(cfg: DictConfig) -> ModelSource:
     elif source.kind == "gguf":
         _check_gguf(source.path, where=source.where)
     return source
-
-
-def model_shape(source: ModelSource) -> dict[str, Any] | None:
-    """``layers, hidden, intermediate, vocab, tied`` of a loadable source (None for tiny, or when unreadable)."""
-    if source.kind == "adapter":
-        base = adapter_base(source.path)
-        return model_shape(base) if base is not None else None
-    if source.kind == "gguf":
-        return _gguf_shape(str(source.path), source.path.stat().st_mtime_ns) if source.path.is_file() else None
-    if source.kind != "folder":
-        return None
-    try:
-        config = json.loads((source.path / "config.json").read_text())
-    except (OSError, ValueError):
-        return None  # loading the model will say what is wrong with it
-    if not isinstance(config, dict):
-        return None
-    config = config.get("text_config", config)
-    hidden = int(config.get("hidden_size", 0))
-    return {
-        "layers": int(config.get("num_hidden_layers", 0)),
-        "hidden": hidden,
-        "intermediate": int(config.get("intermediate_size", 4 * hidden)),
-        "vocab": int(config.get("vocab_size", 0)),
-        "tied": bool(config.get("tie_word_embeddings", False)),
-    }
 
 
 def adapter_base(folder: Path) -> ModelSource | None:
@@ -160,6 +189,15 @@ def adapter_base(folder: Path) -> ModelSource | None:
     if base in PACKAGED:
         return ModelSource("gguf", MODEL, packaged_file(base), base)
     return _path_source(Path(base).expanduser(), key=f"{folder / ADAPTER_CONFIG}: base_model_name_or_path", name=base)
+
+
+def _unloadable(source: ModelSource) -> str:
+    return (
+        f"{source.where}: no local folder, and a lab run downloads nothing (a Hugging Face Hub id is for Agent "
+        f"Lightning's trainer on a GPU cluster): pass {MODEL}=smollm2-135m-instruct, or {MODEL_PATH_LAB}=<local folder "
+        f"or .gguf>, or set {MODEL_PATH} to a local folder; or unset it (verl's default, "
+        f"{verl_default_model_path()}) for the tiny policy"
+    )
 
 
 def _path_source(path: Path, *, key: str, name: str) -> ModelSource:
@@ -247,30 +285,3 @@ def _check_causal_lm(config: dict, *, where: str) -> None:
 
 def _names(value) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
-
-
-@functools.lru_cache(maxsize=8)
-def _gguf_shape(path: str, mtime_ns: int) -> dict[str, Any] | None:
-    """The shape from a GGUF file's metadata (~2 s: the reader parses every tensor's header; cached per file and
-    modification time, ``mtime_ns``, so a file written again is read again)."""
-    from gguf import GGUFReader
-
-    reader = GGUFReader(path)
-    fields = reader.fields
-
-    def value(name: str) -> Any:
-        field = fields.get(name)
-        return field.contents() if field is not None else None
-
-    arch = value("general.architecture")
-    hidden = value(f"{arch}.embedding_length")
-    if hidden is None:
-        return None
-    tokens = fields.get("tokenizer.ggml.tokens")
-    return {
-        "layers": int(value(f"{arch}.block_count") or 0),
-        "hidden": int(hidden),
-        "intermediate": int(value(f"{arch}.feed_forward_length") or 4 * hidden),
-        "vocab": int(value(f"{arch}.vocab_size") or (len(tokens.data) if tokens is not None else 0)),
-        "tied": "output.weight" not in {tensor.name for tensor in reader.tensors},
-    }

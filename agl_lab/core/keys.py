@@ -2,7 +2,7 @@
 logs. The rest of the package imports these names.
 
 The keys are verl's and Agent Lightning's own (``algorithm.*``, ``actor_rollout_ref.*``, ``data.*``, ``trainer.*``,
-``agentlightning.*``; AGL_FACTS.md §Config) plus the ``lab:`` section (:class:`agl_lab.config.lab_config.LabConfig`).
+``agentlightning.*``; ``config/conf/agl_trainer.yaml``) plus ``lab:`` (:class:`agl_lab.config.lab_config.LabConfig`).
 The module sits in ``core/``, the lowest layer, so that the pipeline's messages, the config's tables (types,
 ranges, the doctor), the panels and the CLI all name a key through the same constant; a renamed key is one edit.
 What a key's values may be lives in :data:`agl_lab.config.constraints.CONSTRAINTS` (ranges) and
@@ -93,6 +93,9 @@ MAX_CRITIC_CKPT = "trainer.max_critic_ckpt_to_keep"
 ROLLOUT_DATA_DIR = "trainer.rollout_data_dir"
 VALIDATION_DATA_DIR = "trainer.validation_data_dir"
 RESUME_FROM_PATH = "trainer.resume_from_path"
+TEST_FREQ = "trainer.test_freq"  # held-out evaluation every N steps (-1: never; verl's default)
+VAL_BEFORE_TRAIN = "trainer.val_before_train"  # ... and once at step 0, before training
+VAL_KWARGS = f"{ROLLOUT}.val_kwargs"  # verl's validation sampling: temperature, top_k, top_p, n, do_sample
 DEFAULT_HDFS_DIR = "trainer.default_hdfs_dir"
 
 # ---- agentlightning --------------------------------------------------------------------------------------------
@@ -118,6 +121,7 @@ TASK_SIZE = f"{LAB}.task_size"
 MAX_TURNS = f"{LAB}.max_turns"
 REWRITE_PROB = f"{LAB}.rewrite_prob"
 TURN_COST = f"{LAB}.turn_cost"
+HELDOUT_SIZE = f"{LAB}.heldout_size"
 CPU_THREADS = f"{LAB}.cpu_threads"
 WANDB_MODE = f"{LAB}.wandb_mode"
 CURVE_SMOOTHING = f"{LAB}.curve_smoothing"
@@ -176,6 +180,15 @@ NO_GUESS_RATE = "lab/no_guess_rate"
 GENERATED_TOKENS = "lab/generated_tokens"
 CONTEXT_REWRITES = "lab/context_rewrites"
 PARTIALLY_DROPPED_ROLLOUTS = "lab/partially_dropped_rollouts"
+VAL_ITEMS_HELD_OUT = "lab/val_items_held_out"  # 1: the evaluated items are disjoint from training's; 0: replayed
+
+# verl's validation metrics (RayPPOTrainer._validate): val-core/{data_source}/{var}/{stat}@{n}, val-aux/...; a lab
+# run's data_source is its task (lab.task) and its reward is success, so this is the held-out success rate
+VAL_CORE = "val-core"
+VAL_AUX = "val-aux"
+VAL_CORE_REWARD = "val-core/*/reward/mean@*"  # a pattern (fnmatch): any data source, any n
+# what an evaluation logs (str.startswith): its records are no training step's (step 0 holds nothing else)
+VALIDATION_METRICS = (f"{VAL_CORE}/", f"{VAL_AUX}/", VAL_ITEMS_HELD_OUT)
 
 # verl's actor update
 ACTOR_PPO_KL = "actor/ppo_kl"

@@ -50,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from agl_lab.config.settings import DEMO_BASELINE
+from agl_lab.core.keys import VALIDATION_METRICS
 from agl_lab.curves.rliable_stats import rliable_compare
 from agl_lab.curves.summary import SUCCESS, WINDOWS, window_mean
 
@@ -64,6 +65,7 @@ __all__ = [
     "compare_settings",
     "default_baseline",
     "one_sample",
+    "pairs_needed",
     "run_values",
 ]
 
@@ -182,9 +184,12 @@ def run_values(table: pd.DataFrame, *, metric: str, window: str) -> pd.DataFrame
                 f"setting {setting!r} has several runs with seed {seed}: pairing by seed needs one run per setting "
                 "and seed (read each source into its own table)"
             )
-        steps = np.sort(part["step"].dropna().unique())
+        # the run's training steps, and those at which the metric was logged: a held-out evaluation's step 0 holds no
+        # training metric, so a training metric's windows start at step 1 whether the run evaluated or not
+        counted = ~part["metric"].str.startswith(VALIDATION_METRICS) | (part["metric"] == metric)
+        steps = np.sort(part.loc[counted, "step"].dropna().unique())
         series = part[part["metric"] == metric].groupby("step")["value"].mean().reindex(steps)
-        values[(setting, seed)] = window_mean(series.to_numpy(dtype=float), window)
+        values[(setting, seed)] = window_mean(series.to_numpy(dtype=float), window, steps=steps)
     frame = pd.Series(values, dtype=float).unstack(0) if values else pd.DataFrame()
     frame = frame.reindex(columns=settings)
     frame.index = frame.index.astype("int64") if len(frame) else frame.index
@@ -238,12 +243,14 @@ def _t_statistics(diffs: np.ndarray, test: Callable) -> dict[str, float]:
         result = test()
         interval = result.confidence_interval(confidence_level=1 - ALPHA)
     out |= {"ci_low": float(interval.low), "ci_high": float(interval.high), "p_value": float(result.pvalue)}
-    out["seeds_needed"] = _seeds_needed(out["mean_diff"], out["sd_diff"])
+    out["seeds_needed"] = pairs_needed(out["mean_diff"], out["sd_diff"])
     return out
 
 
-def _seeds_needed(mean: float, sd: float) -> float:
-    """Pairs for POWER at ALPHA (two-sided) if the true standardized effect were ``|mean| / sd``; at least 2."""
+def pairs_needed(mean: float, sd: float) -> float:
+    """Pairs for POWER at ALPHA (two-sided) if the true standardized effect were ``|mean| / sd``; at least 2. The
+    ``seeds_needed`` column asks it for the observed effect; a study (:mod:`agl_lab.studies.reproduce`) for the
+    smallest effect it states."""
     from statsmodels.stats.power import TTestPower
     from statsmodels.tools.sm_exceptions import ConvergenceWarning
 

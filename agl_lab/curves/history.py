@@ -79,9 +79,14 @@ def read_history(path: str | Path) -> pd.DataFrame:
     raise ValueError(f"{path}: unknown kind of file; expected a run directory, .wandb, .csv or .jsonl")
 
 
-def read_run_dir(path: str | Path, *, setting: str | None = None, seed: int | None = None) -> pd.DataFrame:
-    """An agl_lab run directory: its ``metrics.jsonl``, labelled by its config (experiment name and lab.seed)."""
-    return _read_run_file(Path(path), "metrics.jsonl", setting=setting, seed=seed)
+def read_run_dir(
+    path: str | Path, *, setting: str | None = None, seed: int | None = None, validation: bool = True
+) -> pd.DataFrame:
+    """An agl_lab run directory: its ``metrics.jsonl``, labelled by its config (experiment name and lab.seed), and
+    (``validation``) the held-out evaluations of ``validation.jsonl`` at steps metrics.jsonl has no line for (step 0,
+    before training; the later ones are in their step's line already)."""
+    before = "validation.jsonl" if validation else None
+    return _read_run_file(Path(path), "metrics.jsonl", setting=setting, seed=seed, before=before)
 
 
 def read_timings(path: str | Path, *, setting: str | None = None, seed: int | None = None) -> pd.DataFrame:
@@ -89,14 +94,20 @@ def read_timings(path: str | Path, *, setting: str | None = None, seed: int | No
     return _read_run_file(Path(path), "timings.jsonl", setting=setting, seed=seed)
 
 
-def _read_run_file(path: Path, name: str, *, setting: str | None, seed: int | None) -> pd.DataFrame:
+def _read_run_file(
+    path: Path, name: str, *, setting: str | None, seed: int | None, before: str | None = None
+) -> pd.DataFrame:
     file = path / name
     if not file.exists():
         raise FileNotFoundError(f"{path} has no {name}: is it an agl_lab run directory?")
     config = _yaml(path / "config.yaml")
-    rows = read_jsonl_lines(file)
+    steps = [(f"{file}, line {n}", row.get("step"), row) for n, row in read_jsonl_lines(file)]
+    if before is not None and (path / before).is_file():  # records of steps the main file lacks (step 0)
+        logged = {step for _, step, _ in steps}
+        extra = [(f"{path / before}, line {n}", r.get("step"), r) for n, r in read_jsonl_lines(path / before)]
+        steps = [row for row in extra if row[1] not in logged] + steps
     return long_table(
-        ((f"{file}, line {n}", row.get("step"), row) for n, row in rows),
+        steps,
         source="agl_lab",
         run=path.name,
         setting=setting or _get(config, EXPERIMENT_NAME) or path.name,

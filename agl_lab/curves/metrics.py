@@ -57,6 +57,10 @@ from agl_lab.core.keys import (
     TRAJECTORY_LOGICAL_SESSIONS,
     TRAJECTORY_SEGMENTS_PER_SESSION_MEAN,
     TRAJECTORY_STORED_ROWS,
+    VAL_AUX,
+    VAL_CORE,
+    VAL_CORE_REWARD,
+    VAL_ITEMS_HELD_OUT,
 )
 
 __all__ = ["AS_LOGGED", "METRICS", "Metric", "axis_label", "metric_bounds", "metric_info"]
@@ -94,6 +98,13 @@ METRICS: tuple[Metric, ...] = (
     _share(ACTOR_PG_CLIPFRAC, "clipped fraction", "share of tokens"),
     _share(ACTOR_PG_CLIPFRAC_LOWER, "dual-clipped fraction", "share of tokens"),
     Metric(REWARD, "mean reward per rollout", "reward"),
+    # verl's held-out evaluation (agl_lab.training.validation; greedy, on lab.heldout_size items): a lab task's reward
+    # is its success, so its val-core reward is the share of the items solved; a real run's reward has its own range
+    Metric(VAL_CORE_REWARD, "held-out reward, greedy", "mean reward per item"),
+    _share(VAL_ITEMS_HELD_OUT, "evaluated items held out of training", "1 = held out, 0 = training items"),
+    _count(f"{VAL_AUX}/num_turns/*", "held-out messages per episode", "messages"),
+    Metric(f"{VAL_CORE}/*", "held-out (val-core)", AS_LOGGED),
+    Metric(f"{VAL_AUX}/*", "held-out (val-aux)", AS_LOGGED),
     Metric(CRITIC_SCORE_MEAN, "mean score per row (k rows count k times)", "reward"),
     _count(N_SAMPLE, "rows", "rows"),
     _count(N_ROLLOUTS, "rollouts", "rollouts"),

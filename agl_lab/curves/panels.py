@@ -2,7 +2,8 @@
 
 One definition for the PNGs (:mod:`agl_lab.curves.figures`) and the notebooks' plotly curves
 (``agl_lab.ui.curve_view.CurveView``): success per rollout beside the score per row, rows against rollouts, the rows the
-update cap dropped, and the loss scale per PPO mini-batch. A line's legend name and unit come from the metric
+update cap dropped, the loss scale per PPO mini-batch and the held-out success (verl's ``val-core``, when the run
+evaluated). A line's legend name and unit come from the metric
 catalogue (:mod:`agl_lab.curves.metrics`); a reference value comes from the loss-mode catalogue
 (:data:`agl_lab.LOSS_MODES`), so a reader can check it there (``agl-lab check`` prints the catalogue's table).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 
 from agl_lab.config.modes import LOSS_MODES
 from agl_lab.core.keys import (
@@ -22,6 +24,7 @@ from agl_lab.core.keys import (
     N_SAMPLE_DROPPED_SAME_REWARD,
     REWARD,
     SUCCESS_RATE,
+    VAL_CORE_REWARD,
 )
 from agl_lab.curves.metrics import metric_info
 
@@ -30,7 +33,8 @@ __all__ = ["PANELS", "Panel", "first_present", "panel_lines", "panel_reference",
 
 @dataclass(frozen=True)
 class Panel:
-    """One standard panel: its title (what is compared), its lines (``a|b`` = the first metric the table has), the
+    """One standard panel: its title (what is compared), its lines (``a|b`` = the first metric the table has; a
+    pattern with ``*``: its first match, in sorted order, e.g. any data source's ``val-core/*/reward/mean@*``), the
     y quantity, and a unit when the lines' units differ; ``reference``: a loss mode whose catalogued loss scale
     per mini-batch is drawn as a dotted line."""
 
@@ -69,14 +73,29 @@ PANELS: dict[str, Panel] = {
         "loss scale per PPO mini-batch",
         reference="token-mean",
     ),
+    # verl's held-out evaluation (trainer.test_freq; agl_lab.training.validation): greedy, on fixed items, at step 0,
+    # every test_freq steps and the last step; a lab task's reward is its success
+    "heldout": Panel(
+        "held-out success, greedy (verl's val-core), by setting",
+        (VAL_CORE_REWARD,),
+        "held-out success",
+    ),
 }
 _PER_MINI_BATCH = "mini-batches"  # a catalogue scale of one per mini-batch: Σ w over a step = its mini-batches
 
 
 def first_present(metrics: str, present: Iterable[str]) -> str | None:
-    """The first of ``a|b|...`` that ``present`` holds, or None."""
+    """The first of ``a|b|...`` that ``present`` holds (for a pattern with ``*``: its first match in sorted order), or
+    None."""
     present = set(present)
-    return next((m for m in metrics.split("|") if m in present), None)
+    for metric in metrics.split("|"):
+        if "*" in metric:
+            found = sorted(m for m in present if fnmatchcase(m, metric))
+            if found:
+                return found[0]
+        elif metric in present:
+            return metric
+    return None
 
 
 def panel_lines(panel: str, present: Iterable[str]) -> list[str]:

@@ -48,7 +48,8 @@ def empty_panels(panels: Sequence[str] = tuple(PANELS), present: set[str] | None
     table has (the y units follow the lines drawn; default: each line's first metric)."""
     cols = min(2, len(panels))
     rows = -(-len(panels) // cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[PANELS[p].title for p in panels],
+    specs = [[{} if r * cols + c < len(panels) else None for c in range(cols)] for r in range(rows)]  # no empty cell
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[PANELS[p].title for p in panels], specs=specs,
                         horizontal_spacing=0.12, vertical_spacing=0.16)  # fmt: skip
     for i, ylabel in enumerate(panel_ylabels(panels, present)):
         row, col = divmod(i, cols)

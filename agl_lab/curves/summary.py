@@ -1,8 +1,12 @@
 """One line per setting: what a sweep (or the demo, a sweep with one seed) found, from its long-form table.
 
 Success early and late (the mean over the first and the last 20% of steps: learning shows as the second well
-above the first), rows per rollout, rows trained and dropped, PPO updates per step; each averaged over the
-setting's seeds, with ``n_seeds`` beside it. ``agl-lab demo`` writes it as ``summary.csv`` and ``summary.md``.
+above the first), rows per rollout, rows trained and dropped, PPO updates per step and, for runs that evaluated
+(``trainer.test_freq``; :mod:`agl_lab.training.validation`), the held-out success (verl's
+``val-core/<task>/reward/mean@n``): ``heldout_success_last`` at the last evaluation and ``heldout_success_auc``, its
+area under the curve over the evaluation steps (trapezoid) divided by their span, i.e. the curve's mean height (NaN
+with a single evaluation); each averaged over the setting's seeds, with ``n_seeds`` beside it. ``agl-lab demo``
+writes it as ``summary.csv`` and ``summary.md``.
 
 The windows of a run's steps (:data:`WINDOWS`, :func:`window_mean`) are defined here once: the summary's early and
 late success and :func:`agl_lab.curves.effects.compare_settings` both read them.
@@ -11,6 +15,7 @@ late success and :func:`agl_lab.curves.effects.compare_settings` both read them.
 from __future__ import annotations
 
 import math
+from fnmatch import fnmatchcase
 
 import numpy as np
 import pandas as pd
@@ -23,9 +28,12 @@ from agl_lab.core.keys import (
     N_SAMPLE_TRAINED,
     PPO_UPDATES,
     SUCCESS_RATE,
+    VAL_CORE_REWARD,
+    VALIDATION_METRICS,
 )
 
-__all__ = ["SUCCESS", "WINDOWS", "markdown_table", "number", "success_first_last", "summarize", "window_mean"]
+__all__ = ["SUCCESS", "WINDOWS", "heldout_success", "markdown_table", "number", "success_first_last", "summarize"]
+__all__ += ["window_mean"]
 
 SUCCESS = SUCCESS_RATE
 # The windows of a run's steps a value is averaged over (k = a fifth of the run's steps, at least one).
@@ -34,6 +42,9 @@ WINDOWS = {
     "last_20pct": "the mean over the last 20% of the run's steps",
     "all": "the mean over all the run's steps",
     "last_minus_first": "the mean over the last 20% of the run's steps minus that over the first 20% (the change)",
+    "final": "the value at the last step that logged it (a held-out evaluation: the end of training)",
+    "auc": "the area under the curve over the steps that logged it (trapezoid), divided by their span: the curve's "
+    "mean height (a held-out evaluation's area under the curve; NaN with fewer than two values)",
 }
 
 
@@ -57,17 +68,25 @@ def success_first_last(success: pd.Series | np.ndarray) -> tuple[float, float]:
     return window_mean(success, "first_20pct"), window_mean(success, "last_20pct")
 
 
-def window_mean(values: pd.Series | np.ndarray, window: str) -> float:
+def window_mean(values: pd.Series | np.ndarray, window: str, *, steps: np.ndarray | None = None) -> float:
     """The mean of a run's values (one per step, in step order) over ``window`` (a key of :data:`WINDOWS`).
 
     Values that are not finite (NaN where a step did not log the metric, inf) are left out of the mean; a window
-    without a finite value gives NaN (no warning).
+    without a finite value gives NaN (no warning). ``steps``: the values' step numbers, for ``auc`` (default: one
+    apart).
     """
     if window not in WINDOWS:
         raise ValueError(f"window must be one of {list(WINDOWS)}, got {window!r}")
     values = np.asarray(values, dtype=float)
     if window == "last_minus_first":
         return window_mean(values, "last_20pct") - window_mean(values, "first_20pct")
+    if window in ("final", "auc"):
+        logged = np.flatnonzero(np.isfinite(values))
+        if window == "final":
+            return float(values[logged[-1]]) if len(logged) else float("nan")
+        at = (np.arange(len(values)) if steps is None else np.asarray(steps, dtype=float))[logged]
+        span = at[-1] - at[0] if len(at) else 0
+        return float(np.trapezoid(values[logged], at) / span) if span > 0 else float("nan")
     k = max(1, len(values) // 5)
     part = {"first_20pct": values[:k], "last_20pct": values[-k:], "all": values}[window]
     part = part[np.isfinite(part)]
@@ -95,7 +114,26 @@ def markdown_table(frame: pd.DataFrame) -> str:
     return "\n".join([header, rule, *body]) + "\n"
 
 
+def heldout_success(run: pd.DataFrame) -> dict[str, float]:
+    """``heldout_success_last`` and ``heldout_success_auc`` (module docstring) of one wide run history (a line per
+    step, a column per metric); empty when the run logged no ``val-core/*/reward/mean@*``."""
+    column = next((c for c in sorted(run.columns) if fnmatchcase(str(c), VAL_CORE_REWARD)), None)
+    curve = run[column].dropna().sort_index() if column is not None else pd.Series(dtype=float)
+    if curve.empty:
+        return {}
+    values, steps = curve.to_numpy(dtype=float), curve.index.to_numpy(dtype=float)
+    return {
+        "heldout_success_last": window_mean(values, "final"),
+        "heldout_success_auc": window_mean(values, "auc", steps=steps),
+    }
+
+
 def _run_summary(run: pd.DataFrame) -> dict[str, float]:
+    heldout = heldout_success(run)
+    # training steps only: a held-out evaluation before training (step 0) logs nothing else
+    trained = [c for c in run.columns if not str(c).startswith(VALIDATION_METRICS)]
+    run = run.loc[run[trained].notna().any(axis=1)] if trained else run
+
     def column(metric: str) -> pd.Series:
         return run[metric] if metric in run else pd.Series(np.nan, index=run.index)
 
@@ -107,4 +145,4 @@ def _run_summary(run: pd.DataFrame) -> dict[str, float]:
     out["dropped_same_reward"] = float(column(N_SAMPLE_DROPPED_SAME_REWARD).sum())
     out["dropped_random"] = float(column(N_SAMPLE_DROPPED_RANDOM).sum())
     out["updates_per_step"] = float(column(PPO_UPDATES).mean())
-    return out
+    return {**out, **heldout}

@@ -25,8 +25,9 @@ __all__ = ["Check", "Experiment", "mode_setting"]
 class Check:
     """What must hold: ``setting`` − ``baseline`` (or the setting's own values, ``baseline=None``) of ``metric`` over
     ``window`` is ``higher``/``lower`` than 0 (95% interval), or ``metric`` is 0 at every step (``zero``);
-    ``none``: measured and shown, no claim. ``method``: compare_settings' statistics for a comparison with a
-    baseline (``rliable``: the IQM difference's stratified-bootstrap interval, and the probability of improvement)."""
+    ``none``: measured and shown, no claim (a study's comparisons are all ``none``). ``method``: compare_settings'
+    statistics for a comparison with a baseline (``rliable``: the IQM difference's stratified-bootstrap interval, and
+    the probability of improvement)."""
 
     setting: str
     metric: str
@@ -46,6 +47,11 @@ class Experiment:
     shown: tuple[Check, ...] = ()  # measured with no claim (expect="none")
     dotlist: tuple[str, ...] = ()  # for every run, before the user's
     note: str = ""
+    # A study states the smallest effect worth finding (in the compared metric's unit) instead of a claim: its seed
+    # count is what a paired t-test needs to detect that effect at 80% power given the pilot's spread
+    # (agl_lab.studies.reproduce), not what the observed effect would need.
+    smallest_effect: float | None = None
+    recorded: tuple[str, ...] = ()  # metrics its record keeps beside the compared ones (agl_lab.studies.study_record)
 
 
 def mode_setting(mode: str, *, rollout_level: bool, level: str | None = None) -> tuple[str, ...]:

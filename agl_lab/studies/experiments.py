@@ -2,9 +2,9 @@
 
 What an experiment is (:class:`~agl_lab.studies.experiment.Experiment`, its :class:`~agl_lab.studies.experiment.Check`
 s): :mod:`agl_lab.studies.experiment`. Each runs short runs of the lab's default task (the lock game, the tiny policy)
-unless its ``dotlist`` says otherwise: ``real-model-settings`` trains the pretrained SmolLM2-135M-Instruct on
-``retry_arith``. Adding an experiment is one entry of :data:`EXPERIMENTS`; :mod:`agl_lab.studies.reproduce` runs and
-judges them (``agl-lab reproduce NAME``).
+unless its ``dotlist`` says otherwise: those on the pretrained SmolLM2-135M-Instruct are declared in
+:mod:`agl_lab.studies.real_model_experiments`. Adding an experiment is one entry of :data:`EXPERIMENTS`;
+:mod:`agl_lab.studies.reproduce` runs and judges them (``agl-lab reproduce NAME``).
 """
 
 from __future__ import annotations
@@ -15,19 +15,15 @@ from agl_lab.config.settings import DEMO_SETTINGS
 from agl_lab.config.task_rows import lock_row_lengths
 from agl_lab.core.keys import (
     CAP_DROP_UNIT,
-    CPU_THREADS,
     ESTIMATOR,
     MAX_PPO_UPDATE_TIMES,
     MAX_PROMPT_LENGTH,
     MAX_RESPONSE_LENGTH,
     MEAN_TURNS,
-    MODEL,
     MULTI_ROW_MASS_SHARE,
     MULTI_ROW_OVERWEIGHT,
-    N_SAMPLE,
     N_SAMPLE_DROPPED_RANDOM,
     N_SAMPLE_DROPPED_SAME_REWARD,
-    N_SAMPLE_TRAINED,
     PPO_UPDATES,
     RESPONSE_LENGTH_FAILED,
     TRACE_LEVEL,
@@ -37,6 +33,7 @@ from agl_lab.core.keys import (
 )
 from agl_lab.curves.summary import SUCCESS
 from agl_lab.studies.experiment import Check, Experiment, mode_setting
+from agl_lab.studies.real_model_experiments import REAL_MODEL_EXPERIMENTS
 
 __all__ = ["EXPERIMENTS", "Check", "Experiment", "experiment_table"]
 
@@ -228,34 +225,7 @@ EXPERIMENTS: dict[str, Experiment] = {
 }
 
 
-# real-model-settings: the demo's three settings and PR #7580's session-equal weights, on the pretrained preset's model
-_REAL = {**DEMO_SETTINGS, "session_equal": mode_setting("session_equal", rollout_level=True)}
-EXPERIMENTS["real-model-settings"] = Experiment(
-    "real-model-settings",
-    "Measured, not claimed elsewhere: a pretrained chat model (SmolLM2-135M-Instruct, LoRA r16) learns the "
-    "retry_arith task (addition with retries) within 20 short steps under each of the settings: its success over the "
-    "last 20% of steps is above its success over the first 20%. Beside it, each setting against plain verl "
-    "(both_off): success, rows per step, rows trained, drops.",
-    "agl_lab issue 49; the settings: Agent Lightning v1.0 docs (" + _AGL_DOCS + "); session_equal: verl PR #7580 "
-    f"(open, proposed; {_VERL_7580})",
-    _REAL,
-    tuple(Check(name, SUCCESS, "higher", "last_minus_first") for name in _REAL),
-    shown=(
-        *(Check(name, SUCCESS, "none", "last_20pct", baseline="both_off") for name in _REAL if name != "both_off"),
-        *(Check(name, N_SAMPLE, "none", baseline="both_off") for name in _REAL if name != "both_off"),
-        Check("both_on_cap2", N_SAMPLE_TRAINED, "none", baseline="both_on"),
-        Check("both_on_cap2", N_SAMPLE_DROPPED_SAME_REWARD, "none", baseline="both_on"),
-        Check("both_on_cap2", N_SAMPLE_DROPPED_RANDOM, "none", baseline="both_on"),
-        Check("both_on_cap2", PPO_UPDATES, "none", baseline="both_on"),
-    ),
-    dotlist=(f"{MODEL}=smollm2-135m-instruct", f"{CPU_THREADS}=1"),
-    note="Every run: the pretrained preset (conf/pretrained.yaml: retry_arith with operands 0-9 and up to 3 tries, "
-    "4 questions x 4 rollouts a step, 32 tokens a call, LoRA r16 alpha 32 on every linear layer, lr 1e-4, 20 steps), "
-    "Agent Lightning's trajectory level with lab.rewrite_prob 0.3 (a wrong answer's context is rewritten: a new row), "
-    f"{CPU_THREADS}=1 so that Ray runs one cell per core. Success = the share of a step's 16 rollouts answered right "
-    "within their tries; training/n_sample = rows per step (16 rollouts). A result on one model and one task, not a "
-    "general one.",
-)
+EXPERIMENTS.update({e.name: e for e in REAL_MODEL_EXPERIMENTS})
 
 
 def experiment_table() -> pd.DataFrame:

@@ -29,7 +29,7 @@ from agl_lab.studies.demo import demo_summary
 if TYPE_CHECKING:
     from agl_lab.studies.reproduce import Reproduction
 
-__all__ = ["report_markdown", "write_report"]
+__all__ = ["played", "report_markdown", "study_verdict", "write_report"]
 
 _EXPECT = {"higher": "> 0", "lower": "< 0", "zero": "= 0 at every step", "none": "(no claim)"}
 
@@ -62,32 +62,38 @@ def write_report(reproduction: Reproduction, out: str | Path) -> dict[str, Path]
 def report_markdown(reproduction: Reproduction, *, figures: list[str] = ()) -> str:
     """The report's text (module docstring); ``figures``: file names to show at its end."""
     experiment, checks, shown = reproduction.experiment, reproduction.checks, reproduction.shown
-    status = ("reproduced" if reproduction.reproduced else "NOT reproduced") + f" {_played(reproduction)}"
-    failed = checks[~checks["passed"].astype(bool)]
     seeds = reproduction.seeds
-    lines = [
-        f"# Reproduction `{experiment.name}`: {status}",
-        "",
-        f"**Claim.** {experiment.claim}",
-        "",
-        f"**Source.** {experiment.source}",
-        "",
-        f"**Verdict.** {status[0].upper() + status[1:]}: "
-        + (
-            f"every one of the {len(checks)} checks passed at {len(seeds)} seeds."
-            if reproduction.reproduced
-            else f"{len(failed)} of {len(checks)} checks did not pass at {len(seeds)} seeds (their numbers below)."
-        ),
-        "",
-        "## Checks",
-        "",
-        "| check | metric, window | expected | measured | passed |",
-        "|---|---|---|---|---|",
-        *(_check_line(row) for row in checks.to_dict("records")),
-    ]
-    if len(shown):
-        lines += ["", "## Also measured (no claim)", ""]
-        lines += [f"- `{row['metric']}` (`{row['window']}`): {row['verdict']}" for row in shown.to_dict("records")]
+    if reproduction.is_study:
+        lines = [f"# Study `{experiment.name}` {played(reproduction)}", "", f"**Question.** {experiment.claim}", ""]
+        lines += [f"**Source.** {experiment.source}", "", f"**Verdict.** {study_verdict(reproduction)}", ""]
+        lines += ["## Comparisons", "", "| comparison | metric, window | measured | resolved |", "|---|---|---|---|"]
+        lines += [_study_line(row) for row in shown.to_dict("records")]
+    else:
+        status = ("reproduced" if reproduction.reproduced else "NOT reproduced") + f" {played(reproduction)}"
+        failed = checks[~checks["passed"].astype(bool)]
+        lines = [
+            f"# Reproduction `{experiment.name}`: {status}",
+            "",
+            f"**Claim.** {experiment.claim}",
+            "",
+            f"**Source.** {experiment.source}",
+            "",
+            f"**Verdict.** {status[0].upper() + status[1:]}: "
+            + (
+                f"every one of the {len(checks)} checks passed at {len(seeds)} seeds."
+                if reproduction.reproduced
+                else f"{len(failed)} of {len(checks)} checks did not pass at {len(seeds)} seeds (their numbers below)."
+            ),
+            "",
+            "## Checks",
+            "",
+            "| check | metric, window | expected | measured | passed |",
+            "|---|---|---|---|---|",
+            *(_check_line(row) for row in checks.to_dict("records")),
+        ]
+        if len(shown):
+            lines += ["", "## Also measured (no claim)", ""]
+            lines += [f"- `{row['metric']}` (`{row['window']}`): {row['verdict']}" for row in shown.to_dict("records")]
     lines += ["", "## How it was run", "", *_setup(reproduction)]
     summary = demo_summary(reproduction.sweep)
     if len(summary):
@@ -98,8 +104,11 @@ def report_markdown(reproduction: Reproduction, *, figures: list[str] = ()) -> s
     return "\n".join(lines) + "\n"
 
 
-def _played(reproduction: Reproduction) -> str:
-    """Which policy played which task in the runs (their config.yaml): a verdict holds for those, not in general."""
+def played(reproduction: Reproduction) -> str:
+    """Which policy played which task in the runs (their config.yaml, or the record's meta.json when the report is
+    redrawn from it): a verdict holds for those, not in general."""
+    if "played" in reproduction.meta:
+        return reproduction.meta["played"]
     played = set()
     for cell in reproduction.sweep.cells.itertuples():
         config = Path(cell.run_dir) / "config.yaml"
@@ -108,6 +117,28 @@ def _played(reproduction: Reproduction) -> str:
             model = lab.get("model", "tiny")
             played.add(f"{'the tiny policy' if model == 'tiny' else model} on the {lab.get('task')} task")
     return f"({'; '.join(sorted(played))})" if played else ""
+
+
+def study_verdict(reproduction: Reproduction) -> str:
+    """How many comparisons resolved at the seeds run, and how many the power analysis asked for."""
+    shown, effect = reproduction.shown, reproduction.experiment.smallest_effect
+    resolved = int((shown["ci_low"].astype(float) > 0).sum() + (shown["ci_high"].astype(float) < 0).sum())
+    asked = reproduction.seeds_asked
+    needed = "an unknown number of" if asked is None or not np.isfinite(asked) else f"{int(asked)}"
+    ran = len(reproduction.seeds)
+    enough = "ran that many" if asked is not None and np.isfinite(asked) and ran >= asked else f"ran {ran}"
+    return (
+        f"{resolved} of {len(shown)} comparisons resolved (their 95% interval excludes 0) at {ran} seeds. To detect "
+        f"an effect of {effect:g} at 80% power the pilot's spread asks for {needed} seeds per setting; {enough}."
+        + ("" if ran >= (asked or 0) else " Unresolved comparisons say nothing about an effect of that size.")
+    )
+
+
+def _study_line(row: dict) -> str:
+    head, _, measured = row["verdict"].partition(": ")
+    low, high = float(row.get("ci_low", np.nan)), float(row.get("ci_high", np.nan))
+    resolved = "yes" if low > 0 or high < 0 else "no"
+    return f"| {head} | `{row['metric']}`, `{row['window']}` | {measured.replace('|', chr(92) + '|')} | {resolved} |"
 
 
 def _check_line(row: dict) -> str:
@@ -126,12 +157,17 @@ def _setup(reproduction: Reproduction) -> list[str]:
         asked_text = "nothing more (every check resolved at the pilot)"
     else:
         asked_text = f"{int(asked)} pairs" if np.isfinite(asked) else "more than any number (an observed effect of 0)"
+    asks = (
+        f"the power analysis for an effect of {experiment.smallest_effect:g} asked for"
+        if reproduction.is_study
+        else "its unresolved checks asked for"
+    )
     cell_time = float(cells["wall_s"].sum()) if "wall_s" in cells else float("nan")
     lines = [f"- `{name}`: {' '.join(items)}" for name, items in experiment.settings.items()]
     lines += [
         f"- every run: base short-run (`agl_lab.short_run_config`), {steps} steps"
         + (f", {' '.join(experiment.dotlist)}" if experiment.dotlist else ""),
-        f"- seeds: a pilot of {reproduction.pilot_seeds}; its unresolved checks asked for {asked_text}; cap "
+        f"- seeds: a pilot of {reproduction.pilot_seeds}; {asks} {asked_text}; cap "
         f"{reproduction.max_seeds}; ran seeds {_seed_range(reproduction.seeds)} ({len(reproduction.seeds)})",
         f"- wall time {reproduction.wall_s:.0f} s for this call"
         + (
@@ -147,6 +183,12 @@ def _setup(reproduction: Reproduction) -> list[str]:
             or "none"
         ),  # fmt: skip
     ]
+    meta = reproduction.meta
+    if meta:
+        versions = ", ".join(f"{name} {version}" for name, version in meta.get("versions", {}).items() if version)
+        lines.append(
+            f"- recorded {meta.get('date')} at commit {meta.get('commit')} on {meta.get('machine')} ({versions})"
+        )
     if experiment.note:
         lines.append(f"- note: {experiment.note}")
     return lines

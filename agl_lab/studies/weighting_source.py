@@ -150,7 +150,7 @@ def _lab_run(path: Path, *, modes: list[str], steps: Any) -> RunDiagnostics:
     from agl_lab.curves.history import read_run_dir
     from agl_lab.files.run_readers import parse_steps
 
-    history = read_run_dir(path)
+    history = read_run_dir(path, validation=False)  # training steps only: no held-out evaluation at step 0
     doubled = history[history.duplicated(["step", "metric"], keep=False)]
     if len(doubled):
         raise ValueError(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agl_lab.training.tasks import NO_GUESS, Episode, check_task_knobs
+from agl_lab.training.tasks import NO_GUESS, Episode, HeldOut, check_task_knobs, split_items
 
 __all__ = ["LockEpisode", "LockTask"]
 _TEMPLATE_WORDS = ("lock", "try", "no", "tried", NO_GUESS)
@@ -58,6 +58,7 @@ class LockTask:
     rewrite_prob: float
     seed: int
     turn_cost: float = 0.0
+    heldout_size: int = 0  # lab.heldout_size: how many locks a held-out evaluation plays (heldout_items)
 
     def __post_init__(self) -> None:
         check_task_knobs(self.n_locks, max_turns=self.max_turns, rewrite_prob=self.rewrite_prob,
@@ -77,6 +78,13 @@ class LockTask:
         """The locks of one training step (``data.train_batch_size`` of them; distinct while there are enough)."""
         rng = np.random.default_rng([self.seed, 1, step])
         return rng.choice(self.n_locks, size=batch_size, replace=batch_size > self.n_locks).tolist()
+
+    def heldout_items(self) -> HeldOut:
+        """The locks a held-out evaluation plays: ``min(heldout_size, n_locks)`` of them, fixed by the seed, and never
+        disjoint from training's. A lock's code is an arbitrary draw, so a lock training never plays cannot be learned
+        (nothing carries over from one lock to another): the evaluation measures the greedy policy on the code table
+        it learns, on training locks (``lab/val_items_held_out`` = 0), and training draws from every lock as before."""
+        return HeldOut(split_items(self.n_locks, self.heldout_size, seed=self.seed)[0].items, disjoint=False)
 
     def start(self, lock: int, *, step: int, index: int) -> LockEpisode:
         """A fresh episode on ``lock``; ``(step, index)`` seeds its context rewrites."""

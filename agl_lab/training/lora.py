@@ -15,16 +15,21 @@ key                    verl's default    effect here
 ``lora_adapter_path``  null              a saved adapter to start from (trainable), instead of a fresh one
 =====================  ================  =============================================================================
 
-No dropout, no bias (verl's settings). The optimizer gets the adapter's parameters only
-(:func:`agl_lab.training.actor.build_optimizer_and_scheduler`), and a reference policy for a KL term is the frozen
-initial policy, as without LoRA.
+``lora_rank`` < 0 is LoRA off, as in verl (the doctor says so). ``target_modules`` and ``exclude_modules`` take a
+string or a list of names, as verl's config does. No dropout, no bias (verl's settings). The adapter's initial weights
+come from ``lab.seed`` (:mod:`agl_lab.training.seeding`: peft draws ``lora_A`` from torch's global generator). The
+optimizer gets the adapter's parameters only (:func:`agl_lab.training.actor.build_optimizer_and_scheduler`), and the
+reference policy of a KL term is the base model with the adapter disabled, as verl's (``ref_in_actor``:
+:func:`agl_lab.training.train_step._reference_policy`), also for an adapter loaded from ``lora_adapter_path``.
 
 The saved policy (``policy/`` of a run, :meth:`agl_lab.training.policy.Policy.save`): with an adapter on a base that
 loads from a file (a packaged model, a folder, a ``.gguf`` file), the adapter alone (``adapter_config.json``,
 ``adapter_model.safetensors``: 19 MB for SmolLM2-135M at r = 16 on all linear layers, against 540 MB for the model)
 and the tokenizer, with ``base_model_name_or_path`` naming that base (a packaged model by its ``lab.model`` name, else
-an absolute path); ``lab.model_path=<run>/policy`` loads the base and merges the adapter into it. On the tiny policy,
-whose base weights come from a seed rather than a file, the merged model is saved instead.
+an absolute path); ``lab.model_path=<run>/policy`` loads the base with the adapter on it: trainable when
+``lora_rank`` > 0 (the pretrained preset, which such a run gets: training continues the saved adapter, as verl's
+``lora_adapter_path``), merged into the base when ``lora_rank`` = 0 (:mod:`agl_lab.training.local_model`). On the
+tiny policy, whose base weights come from a seed rather than a file, the merged model is saved instead.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from agl_lab.core.keys import LORA_RANK
+from agl_lab.core.keys import LORA_ADAPTER_PATH, LORA_RANK, MODEL_PATH_LAB
 
 __all__ = ["apply_lora", "has_adapter", "save_adapter_or_merged"]
 
@@ -43,6 +48,13 @@ def apply_lora(model, cfg: DictConfig):
     settings = cfg.actor_rollout_ref.model
     rank = int(settings.get("lora_rank", 0) or 0)
     if rank <= 0:
+        return model
+    if has_adapter(model):  # a run's saved adapter, loaded trainable (lab.model_path): training continues it
+        if settings.get("lora_adapter_path"):
+            raise ValueError(
+                f"{LORA_ADAPTER_PATH}={settings.lora_adapter_path!r}, but {MODEL_PATH_LAB} names a saved adapter "
+                f"already, which training continues: set {LORA_ADAPTER_PATH}=null, or {MODEL_PATH_LAB} to a model"
+            )
         return model
     from peft import LoraConfig, PeftModel, get_peft_model
 

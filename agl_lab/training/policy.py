@@ -27,11 +27,13 @@ from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-from agl_lab.config.model_source import TINY, check_model_source
+from agl_lab.config.model_source import TINY, adapter_base, check_model_source
 from agl_lab.core.keys import DEVICE, MODEL
 from agl_lab.files.atomic_files import written_whole
+from agl_lab.training.kv_reuse import KVPrefix, keep_rows, prefill
 from agl_lab.training.local_model import load_model
 from agl_lab.training.lora import apply_lora, has_adapter, save_adapter_or_merged
+from agl_lab.training.seeding import LORA_INIT_STREAM, derived_seed, seeded_torch
 from agl_lab.training.tiny_model import tiny_llama, word_tokenizer
 
 __all__ = ["GenerationStopped", "Policy", "build_policy", "generate", "resolve_device", "score"]
@@ -95,7 +97,8 @@ class Policy:
 
 def build_policy(cfg: DictConfig, *, words: list[str]) -> Policy:
     """The tiny default policy over ``words`` (the task's vocabulary), or the model the config names; with a LoRA
-    adapter when ``lora_rank`` > 0."""
+    adapter when ``lora_rank`` > 0, whose initial weights come from ``lab.seed`` alone
+    (:mod:`agl_lab.training.seeding`)."""
     lab = cfg.lab
     device = resolve_device(lab.device)
     source = check_model_source(cfg)
@@ -105,10 +108,13 @@ def build_policy(cfg: DictConfig, *, words: list[str]) -> Policy:
         shown = f"tiny LlamaForCausalLM ({lab.model_layers} layers, hidden {lab.model_hidden}, vocab {len(tokenizer)})"
         base = None
     else:
-        model, tokenizer = load_model(cfg, source)
+        model, tokenizer = load_model(cfg, source)  # a saved adapter: trainable when lora_rank > 0 (local_model)
         shown = source.name if source.key == MODEL else str(source.path)
-        base = source.name if source.key == MODEL else str(source.path.resolve())
-    model = apply_lora(model, cfg)
+        # an adapter that goes on training is saved again on its own base; anything else on this model
+        saved_on = adapter_base(source.path) if source.kind == "adapter" and has_adapter(model) else source
+        base = saved_on.name if saved_on.key == MODEL else str(saved_on.path.resolve())
+    with seeded_torch(derived_seed(lab.seed, LORA_INIT_STREAM)):  # peft draws lora_A from torch's global generator
+        model = apply_lora(model, cfg)
     return Policy(model=model.to(device), tokenizer=tokenizer, device=device, source=shown, base=base)
 
 
@@ -142,47 +148,67 @@ def generate(
     top_p: float,
     generator: torch.Generator,
     stop_event: StopEvent | None = None,
+    prefixes: list[KVPrefix] | None = None,
 ) -> list[list[int]]:
     """Sample one response per prompt (token ids, up to and including EOS), batched with a KV cache. A set
-    ``stop_event`` ends it between two tokens with :class:`GenerationStopped`."""
-    model, device, pad = policy.model, policy.device, policy.pad_token_id
-    model.eval()
-    lengths = torch.tensor([len(p) for p in prompts])
-    width = int(lengths.max())
-    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)  # (n, P), left-padded
-    for row, prompt in enumerate(prompts):
-        input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-    attention_mask = (torch.arange(width)[None, :] >= (width - lengths)[:, None]).long()  # (n, P)
-    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp_min(0)  # (n, P)
+    ``stop_event`` ends it between two tokens with :class:`GenerationStopped`.
 
+    ``prefixes`` (one per prompt, :mod:`agl_lab.training.kv_reuse`): each prompt's previous call's keys and values;
+    the prefill encodes only what the prompt adds to them, and each is replaced by this call's. None: every prompt is
+    prefilled whole."""
+    model, device, pad, eos = policy.model, policy.device, policy.pad_token_id, policy.eos_token_id
+    model.eval()
     with policy.autocast():
-        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
-    next_position = position_ids[:, -1:] + 1  # (n, 1)
+        out, attention_mask, next_position = prefill(
+            model, prompts, prefixes or [None] * len(prompts), pad=pad, device=device
+        )  # attention_mask (n, C + S), next_position (n, 1)
+    cache, logits = out.past_key_values, out.logits[:, -1]  # logits (n, V)
+    rows = torch.arange(len(prompts), device=device)  # (b,): the prompts still in the batch, at first all
     finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)  # (n,)
     tokens = []
     for t in range(max_new_tokens):
-        alive = ~finished  # (n,)
-        token = _sample(out.logits[:, -1], temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
-        token = torch.where(alive, token, pad)  # (n,)
+        # sampled over all n rows, finished ones included: the generator draws as many numbers whatever the batch,
+        # so dropping finished rows from the forward passes leaves every other row's tokens as they were
+        every_row = logits.new_zeros((len(prompts), logits.shape[-1])).index_copy_(0, rows, logits)  # (n, V)
+        token = _sample(every_row, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+        token = torch.where(finished, pad, token)  # (n,)
         tokens.append(token)
-        finished |= token == policy.eos_token_id
+        finished |= token == eos
         if bool(finished.all()) or t == max_new_tokens - 1:
             break
         if stop_event is not None and stop_event.is_set():
             raise GenerationStopped
-        attention_mask = torch.cat([attention_mask, alive.long()[:, None]], dim=-1)  # (n, P + t + 1)
+        answering = ~finished[rows]  # (b,)
+        if not bool(answering.all()):  # a row that ended leaves the batch: the next forwards skip it
+            if prefixes is not None:
+                done = (~answering).nonzero().squeeze(-1)  # (ended,)
+                _keep(prefixes, prompts, tokens, rows[done], cache, attention_mask[done], batch_rows=done)
+            kept = answering.nonzero().squeeze(-1)  # (b',)
+            cache.batch_select_indices(kept)
+            rows, attention_mask, next_position = rows[kept], attention_mask[kept], next_position[kept]
+        attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], dim=-1)  # (b, W + 1)
         with policy.autocast():
             out = model(
-                input_ids=token[:, None],
+                input_ids=token[rows][:, None],
                 attention_mask=attention_mask,
                 position_ids=next_position,
-                past_key_values=out.past_key_values,
+                past_key_values=cache,
                 use_cache=True,
             )
+        cache, logits = out.past_key_values, out.logits[:, -1]  # logits (b, V)
         next_position = next_position + 1
+    if prefixes is not None:
+        _keep(prefixes, prompts, tokens, rows, cache, attention_mask, batch_rows=torch.arange(len(rows)))
     sampled = torch.stack(tokens, dim=-1).cpu()  # (n, new)
-    return [_until_eos(row, policy.eos_token_id) for row in sampled.tolist()]
+    return [_until_eos(row, eos) for row in sampled.tolist()]
+
+
+def _keep(prefixes, prompts, tokens, rows, cache, attention_mask, *, batch_rows) -> None:
+    """Each of ``rows`` (prompt indices; at ``batch_rows`` of the batch) keeps its keys and values for its next call:
+    its prompt, then the tokens fed back so far (:func:`agl_lab.training.kv_reuse.keep_rows`)."""
+    sampled = torch.stack(tokens, dim=-1).cpu()  # (n, sampled so far)
+    fed = [[*prompts[row], *sampled[row].tolist()] for row in rows.tolist()]
+    keep_rows([prefixes[row] for row in rows.tolist()], cache, attention_mask, fed, batch_rows=batch_rows.tolist())
 
 
 def score(

@@ -27,7 +27,7 @@ from agl_lab.config.checks import Finding, lab_estimator_problem
 from agl_lab.config.compose import ConfigError
 from agl_lab.config.doctor import bad_keys_and_values, diagnose, raise_for_errors
 from agl_lab.config.feasibility import feasibility_findings
-from agl_lab.config.model_source import check_model_source
+from agl_lab.config.model_source import UNLOADABLE, check_model_source, model_source
 from agl_lab.training.first_update import first_update_findings
 from agl_lab.training.startup_checks import startup_findings
 
@@ -57,7 +57,7 @@ def check_trainable(cfg: DictConfig, *, composed: bool = False) -> tuple[int, An
     raise_for_errors(findings)
     if problem := lab_estimator_problem(cfg):
         raise ConfigError(f"config has problems:\n  - {problem}")
-    check_model_source(cfg)  # a model folder that is missing, no causal LM or lacks its tokenizer: refused now
+    check_model_source(cfg)  # a model folder that is missing, no causal LM, lacks its tokenizer, a Hub id: refused now
     for finding in slow:
         warnings.warn(f"{finding.message}: {finding.fix}", FeasibilityWarning, stacklevel=3)
     return int(cfg.trainer.total_training_steps), actor
@@ -74,7 +74,7 @@ def _findings(cfg: DictConfig, *, trainer: str, composed: bool = False) -> tuple
     erred = {f.key for f in findings if f.level == "error"}
     started, actor = startup_findings(cfg, erred=erred)
     findings += [f for f in started if f.key not in erred]  # one error per key: the doctor's words come first
-    if not _errors(findings):
+    if not _errors(findings) and model_source(cfg).kind != UNLOADABLE:  # that one check_trainable refuses, check says
         check_model_source(cfg)  # what the next two load: a missing folder is a file error (exit 5), raised
         findings += first_update_findings(cfg, actor)
     feasibility = [] if _errors(findings) else feasibility_findings(cfg)

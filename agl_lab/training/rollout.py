@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from agl_lab.core.aggregation import LLMCall, Rollout
 from agl_lab.core.keys import CONTEXT_REWRITES, GENERATED_TOKENS, MEAN_TURNS, NO_GUESS_RATE, SUCCESS_RATE
 from agl_lab.training.conversation import Conversation
+from agl_lab.training.kv_reuse import KVPrefix
 from agl_lab.training.policy import Policy, StopEvent, generate
 from agl_lab.training.tasks import NO_GUESS, Task
 
@@ -70,13 +71,14 @@ def collect_rollouts(
     to the sampler (:func:`~agl_lab.training.policy.generate`); ``on_done(k)``: called after each round of calls with
     the number of episodes it finished; ``dialogues``: filled with each episode's messages as text (``role``:
     ``user`` for what the environment said, ``assistant`` for the policy's answers; ``rewrite: true`` on a user
-    message that replaced the context).
+    message that replaced the context, ``fresh: true`` on a workflow's next call, a prompt of its own).
     """
     # episode j plays item j // n: the n rollouts of an item sit next to each other, as verl repeats prompts
     episodes = [task.start(item, step=step, index=j) for j, item in enumerate(np.repeat(items, sampling.n))]
     contexts = [Conversation(policy.tokenizer, episode.prompt) for episode in episodes]
     messages = [[{"role": "user", "content": episode.prompt}] for episode in episodes]
     calls: list[list[LLMCall]] = [[] for _ in episodes]
+    kv = [KVPrefix() for _ in episodes]  # each episode's keys and values: a turn prefills only its new tokens
     generated = 0
     while active := [j for j, episode in enumerate(episodes) if not episode.done]:
         responses = generate(
@@ -88,16 +90,21 @@ def collect_rollouts(
             top_p=sampling.top_p,
             generator=generator,
             stop_event=stop_event,
+            prefixes=[kv[j] for j in active],
         )
         for j, response in zip(active, responses, strict=True):
             calls[j].append(LLMCall(prompt_ids=tuple(contexts[j].ids), response_ids=tuple(response)))
             generated += len(response)
             text = policy.decode(response)
             messages[j].append({"role": "assistant", "content": text})
-            turn = episodes[j].respond(text)
+            # cut off: the call ended at its token limit, not at the end-of-turn token (the task decides how to read it)
+            turn = episodes[j].respond(text, cut_off=not response or response[-1] != policy.eos_token_id)
             if turn.rewrite is not None:
                 contexts[j].restart(turn.rewrite)
                 messages[j].append({"role": "user", "content": turn.rewrite, "rewrite": True})
+            elif turn.next_prompt is not None:  # a workflow's next call: a fresh prompt, not a rewrite
+                contexts[j].restart(turn.next_prompt)
+                messages[j].append({"role": "user", "content": turn.next_prompt, "fresh": True})
             elif not turn.done:
                 contexts[j].answer(response, turn.observation)
                 messages[j].append({"role": "user", "content": turn.observation})

@@ -7,6 +7,9 @@ Layout (``lab.run_dir``, or a fresh ``runs/<time>-<experiment_name>-s<seed>/`` u
     timings.jsonl    {"step": N, "timing_s/...": s, "perf/...": x}  (wall clock, kept apart so the above is exact)
     transcripts.jsonl {"step": N, "rollouts": [...]} per step: each rollout's messages, rows and advantages
                      (agl_lab.training.transcripts)
+    validation.jsonl {"step": N, "val-core/...": x, ...} per held-out evaluation, step 0 (before training) included;
+                     those of steps >= 1 are also in that step's metrics.jsonl line (trainer.test_freq > 0 only;
+                     agl_lab.training.validation)
     policy/          save_pretrained model + tokenizer              (at the end, also after Stop / Ctrl-C; whole)
     status.json      {"status", "steps", "exit_code"} (at the end; absent: killed): finished (0), trained_nothing (6:
                      every step skipped), stopped (128 + N: signal N; the Stop button: 1), failed (1)
@@ -37,10 +40,11 @@ from agl_lab.core.keys import RUN_DIR
 from agl_lab.files.atomic_files import write_whole
 
 __all__ = ["STATUS_FILE", "TRAINED_NOTHING", "TRANSCRIPTS_FILE", "RunFiles", "create_run_dir", "finished_runs"]
-__all__ += ["resolved_config_yaml"]
+__all__ += ["VALIDATION_FILE", "resolved_config_yaml"]
 
 STATUS_FILE = "status.json"
 TRANSCRIPTS_FILE = "transcripts.jsonl"
+VALIDATION_FILE = "validation.jsonl"  # created at the first held-out evaluation
 TRAINED_NOTHING = 6  # the exit code of a run that finished with every step skipped (agl_lab.exit_codes)
 
 
@@ -92,6 +96,7 @@ class RunFiles:
         self.run_dir = run_dir
         self.steps = 0  # steps written
         self.created: list[Path] = []
+        self._validation = None  # validation.jsonl, opened at the first evaluation
         config = run_dir / "config.yaml"
         try:
             fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -113,15 +118,14 @@ class RunFiles:
     ) -> None:
         lines = [(self._metrics, metrics), (self._timings, timings)]
         lines += [(self._transcripts, {"rollouts": transcript})] if transcript is not None else []
-        for file, values in lines:
-            try:
-                file.write(json.dumps({"step": step, **values}) + "\n")
-                file.flush()
-            except OSError as exc:  # a full disk: say which file, the steps before this one are on disk
-                if exc.filename is not None or exc.errno is None:
-                    raise
-                raise type(exc)(exc.errno, exc.strerror, file.name) from exc
+        _write_lines(step, lines)
         self.steps += 1
+
+    def write_validation(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """One held-out evaluation's line in ``validation.jsonl`` (created by the first)."""
+        if self._validation is None:
+            self._validation = self._create(VALIDATION_FILE)
+        _write_lines(step, [(self._validation, metrics)])
 
     def write_status(self, *, exit_code: int, stopped: bool) -> None:
         """``status.json``: how the run ended (``finished``, ``trained_nothing``, ``stopped`` by a signal or the Stop
@@ -140,13 +144,17 @@ class RunFiles:
             try:
                 self._timings.close()
             finally:
-                self._transcripts.close()
+                try:
+                    self._transcripts.close()
+                finally:
+                    if self._validation is not None:
+                        self._validation.close()
 
     def discard(self) -> None:
         """Undo a run that never started: remove what it created here (and what its trackers began), and the
         directory if that leaves it empty. Files that were there before are left alone."""
-        for file in ("_metrics", "_timings", "_transcripts"):
-            if hasattr(self, file):
+        for file in ("_metrics", "_timings", "_transcripts", "_validation"):
+            if getattr(self, file, None) is not None:
                 getattr(self, file).close()
         for path in self.created:
             path.unlink(missing_ok=True)
@@ -162,6 +170,17 @@ class RunFiles:
         file = (self.run_dir / name).open("x")
         self.created.append(self.run_dir / name)
         return file
+
+
+def _write_lines(step: int, lines: list[tuple[Any, Mapping[str, Any]]]) -> None:
+    for file, values in lines:
+        try:
+            file.write(json.dumps({"step": step, **values}) + "\n")
+            file.flush()
+        except OSError as exc:  # a full disk: say which file, the steps before this one are on disk
+            if exc.filename is not None or exc.errno is None:
+                raise
+            raise type(exc)(exc.errno, exc.strerror, file.name) from exc
 
 
 def _taken(path: Path) -> str:

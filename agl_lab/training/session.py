@@ -44,6 +44,13 @@ class RunSession:
         self.files.write(step, metrics, timing, transcript)
         self.tracker.log({**metrics, **timing}, step=step)
 
+    def write_validation(self, step: int, metrics: Mapping[str, Any], timing: Mapping[str, Any] | None = None) -> None:
+        """One held-out evaluation: its line in validation.jsonl; at step 0 (before training) also the trackers, at
+        that step, as verl logs it (a training step's evaluation reaches them in that step's metrics)."""
+        self.files.write_validation(step, metrics)
+        if step == 0:
+            self.tracker.log({**metrics, **(timing or {})}, step=0)
+
     def close(self, *, save_policy: Callable[[Path], None], exit_code: int, stopped: bool = False) -> list[Exception]:
         """Close the files, save the policy to ``policy/``, write ``status.json``, finish the trackers.
 

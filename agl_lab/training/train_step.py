@@ -15,18 +15,19 @@ runs the steps, keeps the files and takes the stops).
 Steps 3 and 5 run on the backend ``lab.actor`` names: ``lab`` = agl_lab's own update loop (the default, faster at
 lab sizes: :class:`agl_lab.training.actor.LabActor`), ``verl`` = verl's actor engine in this process, its weights
 copied back after each update (:class:`agl_lab.training.verl_actor.VerlActor`). Reference log-probs come from a
-frozen copy of the initial policy. Each step also returns its transcript (:mod:`agl_lab.training.transcripts`).
+frozen copy of the initial policy, or with a LoRA adapter the base model with the adapter disabled, as verl's
+(:func:`_reference_policy`). Each step also returns its transcript (:mod:`agl_lab.training.transcripts`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
@@ -42,11 +43,14 @@ from agl_lab.lab.diagnostics import step_diagnostics
 from agl_lab.lab.loss_scale import loss_scale_metrics, token_layout
 from agl_lab.lab.rollout_mass import multi_row_mass
 from agl_lab.training.actor import LabActor, compute_log_probs
+from agl_lab.training.lora import has_adapter
 from agl_lab.training.policy import StopEvent, build_policy
 from agl_lab.training.rollout import collect_rollouts, sampling_params
+from agl_lab.training.seeding import UPDATE_STREAM, derived_seed, seeded_torch
 from agl_lab.training.tasks import task_from_config
 from agl_lab.training.tracking import plain_metrics
 from agl_lab.training.transcripts import step_transcript
+from agl_lab.training.validation import VALIDATION_STREAM, val_sampling_params, validate
 
 __all__ = ["ActorBackend", "ProgressHook", "RunState", "StepProgress"]
 
@@ -65,9 +69,10 @@ class RunState:
         self.task = task_from_config(cfg)
         self.policy = build_policy(cfg, words=self.task.words())
         needs_ref = actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
-        self.ref_policy = _frozen_copy(self.policy) if needs_ref else None
+        self.ref_policy = _reference_policy(self.policy) if needs_ref else None
         self.kl_ctrl = get_kl_controller(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
         self.sampling = sampling_params(cfg)
+        self.val_sampling = val_sampling_params(cfg)  # verl's val_kwargs: greedy, one rollout per held-out item
         self.limits = {**aggregation_limits(cfg), "turn_reward_placement": placement_for(cfg)}  # lab.turn_cost
         self.mini_batch_rows = mini_batch_rows(cfg)
         self.log_prob_micro = int(
@@ -122,7 +127,7 @@ class RunState:
             entropy_agg = agg_loss(entropy, batch.batch["response_mask"].bool(), self.actor.loss_agg_mode)
             metrics[keys.ACTOR_ENTROPY] = entropy_agg.item()
         if self.ref_policy is not None:
-            with _timed(timing, "ref"):
+            with _timed(timing, "ref"), _adapter_off(self.ref_policy):
                 batch.batch["ref_log_prob"], _ = compute_log_probs(
                     self.ref_policy, batch, micro_batch_size=self.log_prob_micro, temperature=temperature,
                     with_entropy=False,
@@ -135,14 +140,25 @@ class RunState:
             adv_metrics.update(loss_scale_metrics(batch, cfg, layout=layout))
             adv_metrics.update(multi_row_mass(batch, cfg, layout=layout))  # multi-row rollouts' share of the mass
         bar.phase("update")
-        with _timed(timing, "update_actor"):
+        # seeded: a model with dropout draws from torch's global generator (agl_lab.training.seeding)
+        with _timed(timing, "update_actor"), seeded_torch(self._seed(UPDATE_STREAM, step), device=self.policy.device):
             actor_metrics = self.backend.update(batch, temperature=temperature, step=step)
         actor_metrics[keys.PPO_UPDATES] = mini_batches(len(batch), cfg) * int(self.actor.ppo_epochs)
         return {**metrics, **adv_metrics, **actor_metrics}, int(batch.batch["attention_mask"].sum()), transcript
 
+    def validate(self, step: int, *, stop_event: StopEvent | None = None) -> tuple[dict[str, float], float]:
+        """The held-out evaluation after ``step`` (0: before training): verl's ``val-core/...`` metrics and its wall
+        time (``timing_s/testing``), from a stream of its own (:mod:`agl_lab.training.validation`)."""
+        start = time.perf_counter()
+        metrics = validate(
+            self.policy, self.task, data_source=str(self.cfg.lab.task), sampling=self.val_sampling,
+            seed=self._seed(VALIDATION_STREAM, step), stop_event=stop_event,
+        )  # fmt: skip
+        return metrics, time.perf_counter() - start
+
     def _seed(self, stream: int, step: int) -> int:
         """A seed per (stream, step): each step's randomness is fixed by lab.seed alone, whatever came before."""
-        return int(np.random.SeedSequence([self.seed, stream, step]).generate_state(1)[0])
+        return derived_seed(self.seed, stream, step)
 
 
 ProgressHook = Callable[[int, int, int, str], Any]  # (step, rollouts done, rollouts, phase)
@@ -193,10 +209,22 @@ def _backend(cfg: DictConfig, run: RunState, *, total_steps: int) -> ActorBacken
     )
 
 
-def _frozen_copy(policy):
+def _reference_policy(policy):
+    """The reference policy of a KL term, as verl's: with a LoRA adapter, the policy itself with the adapter disabled
+    (:func:`_adapter_off`): the base model, also when the adapter was loaded from ``lora_adapter_path`` or a saved
+    run. verl's trainer sets ``ref_in_actor`` when ``lora_rank > 0`` or ``lora_adapter_path`` is set ("the reference
+    policy will be actor without lora applied", verl/trainer/ppo/ray_trainer.py) and its engine worker computes those
+    log-probs under ``engine.disable_adapter()`` (verl/workers/engine_workers.py). Without an adapter, a frozen copy
+    of the initial policy."""
+    if has_adapter(policy.model):
+        return policy
     ref = copy.copy(policy)
     ref.model = copy.deepcopy(policy.model).eval().requires_grad_(False)
     return ref
+
+
+def _adapter_off(policy) -> contextlib.AbstractContextManager:
+    return policy.model.disable_adapter() if has_adapter(policy.model) else contextlib.nullcontext()
 
 
 @contextmanager

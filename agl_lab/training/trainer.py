@@ -11,7 +11,7 @@ before every step and between two sampled tokens), Ctrl-C, SIGTERM, SIGHUP. It r
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from agl_lab.training.runs import TRAINED_NOTHING
 from agl_lab.training.session import open_session
 from agl_lab.training.tracking import open_tracker
 from agl_lab.training.train_step import ProgressHook, RunState
+from agl_lab.training.validation import validation_steps
 
 __all__ = ["TrainResult", "train", "trained_any"]
 
@@ -48,6 +49,9 @@ class TrainResult:
     config: DictConfig  # the config the run trained with (config.yaml holds it with secrets as ***)
     interrupted_by: str | None = None  # "SIGINT" (Ctrl-C), "SIGTERM" or "SIGHUP" when a signal stopped the run
     exit_code: int = 0  # what status.json and the trackers record: 0 trained, 6 every step skipped, 128 + N signal N
+    # one row per held-out evaluation: `step` (0 = before training) + val-core/... (= validation.jsonl; empty when
+    # trainer.test_freq <= 0)
+    validation: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def train(
@@ -58,6 +62,7 @@ def train(
     progress: bool = True,
     composed: bool = False,
     on_progress: ProgressHook | None = None,
+    on_validation: Callable[[dict[str, Any]], None] | None = None,
 ) -> TrainResult:
     """Run ``trainer.total_training_steps`` steps; return the history. Files go to the run directory as it runs.
 
@@ -69,11 +74,16 @@ def train(
     ``composed=True``: ``cfg`` is what composition returned, its keys and types already checked
     (:func:`~agl_lab.training.preflight.check_trainable`). Files and trackers: :mod:`agl_lab.training.session` (nothing
     half-made if the run fails before step 1).
+
+    Held-out evaluation (``trainer.test_freq`` > 0: step 0, every ``test_freq`` steps and the last step;
+    :mod:`agl_lab.training.validation`) runs after the step's update and joins its record; ``on_validation`` gets
+    each evaluation's validation.jsonl record (``step`` + ``val-core/...``; step 0's before step 1) once written. A step
+    stopped while it is evaluated is kept without its evaluation.
     """
     steps, actor = check_trainable(cfg, composed=composed)
     with torch_threads(int(cfg.lab.cpu_threads)), stop_signals():
         return _train(cfg, steps=steps, actor=actor, stop_event=stop_event, on_step=on_step, progress=progress,
-                      on_progress=on_progress)  # fmt: skip
+                      on_progress=on_progress, on_validation=on_validation)  # fmt: skip
 
 
 def _train(
@@ -85,17 +95,31 @@ def _train(
     on_step: Callable[[dict[str, Any]], None] | None,
     progress: bool,
     on_progress: ProgressHook | None,
+    on_validation: Callable[[dict[str, Any]], None] | None = None,
 ) -> TrainResult:
     run = RunState(cfg, actor=actor, total_steps=steps)  # builds the policy: a bad model path fails before any file
     with run.backend:  # closed last: the policy is saved first (the verl backend syncs it after every update)
         history: list[dict[str, Any]] = []
         timings: list[dict[str, Any]] = []
+        validation: list[dict[str, Any]] = []
+        evaluate_after = set(validation_steps(cfg, total_steps=steps))
         stopped = finished = False
         interrupted_by = None
         session = bar = None
         try:
             session = open_session(cfg, tracker_factory=open_tracker)  # undoes itself when stopped half-way
             bar = tqdm(total=steps, desc=f"{cfg.trainer.experiment_name} s{cfg.lab.seed}", disable=not progress)
+            if 0 in evaluate_after:  # verl's val_before_train: the initial policy, logged at step 0
+                try:
+                    val, seconds = run.validate(0, stop_event=stop_event)
+                except GenerationStopped:  # the Stop event is set: the loop below ends before step 1
+                    stopped = True
+                else:
+                    with deferred_signals():
+                        session.write_validation(0, val, {"timing_s/testing": seconds})
+                        validation.append({"step": 0, **val})
+                    if on_validation is not None:
+                        on_validation(validation[-1])
             for step in range(1, steps + 1):
                 raise_if_stopping()  # a stop signal whose exception something swallowed (a finalizer) ends it here
                 if stop_event is not None and stop_event.is_set():
@@ -108,15 +132,29 @@ def _train(
                 except GenerationStopped:  # Stop while sampling: this step has no rows to train, and is dropped
                     stopped = True
                     break
+                val = None
+                if step in evaluate_after:  # after the update, as verl: merged into the step's metrics
+                    try:
+                        val, timing["timing_s/testing"] = run.validate(step, stop_event=stop_event)
+                        metrics = {**metrics, **val}
+                    except GenerationStopped:  # the step trained: kept, without its evaluation
+                        stopped = True
                 with deferred_signals():  # a step is in metrics.jsonl, the trackers (W&B) and the history, or none
                     session.write(step, metrics, timing, transcript)
                     history.append({"step": step, **metrics})
                     timings.append({"step": step, **timing})
+                    if val is not None:
+                        session.write_validation(step, val)
+                        validation.append({"step": step, **val})
                 bar.update()
                 success, rows = metrics[keys.SUCCESS_RATE], metrics[keys.N_SAMPLE]
                 bar.set_postfix(success=success, rows=rows, refresh=False)
                 if on_step is not None:
                     on_step(history[-1])
+                if on_validation is not None and val is not None:
+                    on_validation(validation[-1])
+                if stopped:
+                    break
             finished = not stopped
         except KeyboardInterrupt as exc:
             if session is None:  # stopped before the run had files: nothing to keep, the caller reports the stop
@@ -142,6 +180,7 @@ def _train(
             config=cfg,
             interrupted_by=interrupted_by,
             exit_code=code,
+            validation=pd.DataFrame(validation),
         )
 
 

@@ -21,6 +21,8 @@ def last_step(history: pd.DataFrame) -> str:
     if not len(history):
         return ""
     last = history.iloc[-1]
+    if SUCCESS_RATE not in last or pd.isna(last[SUCCESS_RATE]):  # step 0: the held-out evaluation before training
+        return ""
     return (
         f"success {last[SUCCESS_RATE]:.2f}, {int(last[N_SAMPLE])} rows from "
         f"{int(last[N_ROLLOUTS])} rollouts, {int(last[N_SAMPLE_TRAINED])} trained"

@@ -198,16 +198,18 @@ class TrainingPanel:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a skipped step or a failed tracker shows in the status instead
                 self.result = train(cfg, stop_event=self._stop_event, on_step=self._on_step, progress=False,
-                                    on_progress=self._on_progress)  # fmt: skip
+                                    on_progress=self._on_progress, on_validation=self._on_validation)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 — shown in the panel; the notebook stays usable
             self.error = f"{type(exc).__name__}: {exc}"
             self.status.value = f"<b style='color:#b00020'>Run failed:</b> {html.escape(self.error)}"
         else:
-            self.history = self.result.history
-            if len(self.history):  # a run stopped before its first step has nothing to draw
+            before = self.result.validation  # the held-out evaluation before training (step 0) heads the curves
+            before = before[before["step"] == 0] if len(before) else before
+            self.history = pd.concat([before, self.result.history], ignore_index=True)
+            if len(self.result.history):  # a run stopped before its first step has nothing to draw
                 self._redraw()
             state = "stopped" if self.result.stopped else "finished"
-            self.status.value = f"<b>Run {state}</b> after {len(self.history)} of {steps} steps. " + last_step(
+            self.status.value = f"<b>Run {state}</b> after {len(self.result.history)} of {steps} steps. " + last_step(
                 self.history
             )
             self.links.value = links_html(self.result)
@@ -226,6 +228,13 @@ class TrainingPanel:
         steps = int(self.controls["steps"].value)
         self.status.value = f"Step {record['step']} of {steps}. " + last_step(self.history)
         if time.monotonic() - self._last_draw >= self.redraw_s:
+            self._redraw()
+
+    def _on_validation(self, record: dict[str, Any]) -> None:
+        """A held-out evaluation: step 0's (before training) is a record of its own; a later one is in its step's."""
+        if record["step"] == 0:
+            self.history = pd.concat([self.history, pd.DataFrame([record])], ignore_index=True)
+            self.status.value = "Evaluated the initial policy on the held-out items (step 0)."
             self._redraw()
 
     def _redraw(self) -> None:
@@ -250,7 +259,7 @@ class TrainingPanel:
                 max=64,
                 description="task size",
                 style=WIDE,
-                tooltip="lock: locks; retry_arith: operands 0 to size - 1; guess_number: secrets 1 to size",
+                tooltip="lock: locks; retry_arith, arith_workflow: operands 0 to size-1; guess_number: 1 to size",
             ),  # fmt: skip
             "max_turns": w.BoundedIntText(value=lab.max_turns, min=1, max=16, description="max turns", style=WIDE),
             "rewrite_prob": w.FloatSlider(
