@@ -40,20 +40,23 @@ def train_on(task, tmp_path_factory):
     return task, run_dir, done
 
 
-# one CLI run per task for the whole module, whatever order the tests run in
 @pytest.fixture(scope="module")
-def retry_arith_run(tmp_path_factory):
-    return train_on("retry_arith", tmp_path_factory)
+def cli_runs(tmp_path_factory):
+    """One CLI run per task for the whole module, made when a test first asks for it (a parametrized module-scoped
+    fixture would be made again each time the tests' order switches task)."""
+    runs = {}
 
+    def run(task):
+        if task not in runs:
+            runs[task] = train_on(task, tmp_path_factory)
+        return runs[task]
 
-@pytest.fixture(scope="module")
-def guess_number_run(tmp_path_factory):
-    return train_on("guess_number", tmp_path_factory)
+    return run
 
 
 @pytest.fixture(params=["retry_arith", "guess_number"])
-def cli_run(request):
-    return request.getfixturevalue(f"{request.param}_run")
+def cli_run(request, cli_runs):
+    return cli_runs(request.param)
 
 
 def test_the_command_trains_a_step_of_smollm2_with_agent_lightnings_metric_names(cli_run):
@@ -181,11 +184,11 @@ def test_a_step_of_smollm2_on_cuda_runs_under_bf16_autocast(tmp_path):
     assert logits.dtype == torch.bfloat16  # fp32 weights, bf16 compute: verl's FSDP mixed precision
 
 
-def test_a_saved_smollm2_lora_run_trains_on_under_the_pretrained_preset_from_its_adapter(retry_arith_run, tmp_path):
+def test_a_saved_smollm2_lora_run_trains_on_under_the_pretrained_preset_from_its_adapter(cli_runs, tmp_path):
     from peft import get_peft_model_state_dict
     from safetensors.torch import load_file
 
-    _, run_dir, done = retry_arith_run
+    _, run_dir, done = cli_runs("retry_arith")
     assert done.returncode == 0, done.stderr[-3000:]
     folder = run_dir / "policy"
     small = (
